@@ -1,0 +1,88 @@
+"""Evaluation cases: the frozen questions a release gate replays.
+
+A case file is JSONL, one case per line::
+
+    {"name": "exact-code", "query": "RPL-14", "caller": "luna-48291",
+     "kind": "positive", "expected": ["eu-refurb-v2-rule"]}
+
+``kind`` is one of :data:`CASE_KINDS`. A positive case lists the chunk ids it
+requires in ``expected``; the negative kinds list, in ``forbidden``, the ids that
+must never reach any lane. ``on_date`` (ISO) overrides the evaluation date.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+from .loading import Field, iter_jsonl
+
+__all__ = ["CASE_KINDS", "NEGATIVE_KINDS", "Case", "load_cases"]
+
+CASE_KINDS = ("positive", "restricted", "superseded", "wrong_region", "absent")
+NEGATIVE_KINDS = ("restricted", "superseded", "wrong_region")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    query: str
+    caller: str
+    kind: str
+    expected: tuple[str, ...] = ()
+    forbidden: tuple[str, ...] = ()
+    on_date: dt.date | None = None
+    notes: str | None = None
+
+
+_FIELDS = {"name", "query", "caller", "kind", "expected", "forbidden", "on_date", "notes"}
+
+
+def load_cases(
+    path: str | Path,
+    *,
+    chunk_ids: Collection[str] | None = None,
+    caller_ids: Collection[str] | None = None,
+) -> list[Case]:
+    """Read cases from JSONL. With ``chunk_ids`` / ``caller_ids`` given, a case naming an
+    unknown chunk or caller is an error, never a silent miss."""
+    cases: list[Case] = []
+    first_line: dict[str, int] = {}
+    for number, record in iter_jsonl(path):
+        f = Field(record, path=path, line=number)
+        f.require_known(_FIELDS)
+        kind = f.text("kind")
+        if kind not in CASE_KINDS:
+            raise f.error("kind", f"{kind!r} is not a case kind; valid kinds are {list(CASE_KINDS)}")
+        case = Case(
+            name=f.text("name"),
+            query=f.text("query", blank_ok=True),
+            caller=f.text("caller"),
+            kind=kind,
+            expected=f.string_list("expected", optional=True),
+            forbidden=f.string_list("forbidden", optional=True),
+            on_date=f.date("on_date", optional=True),
+            notes=f.text("notes", optional=True, blank_ok=True),
+        )
+        if case.name in first_line:
+            raise f.error("name", f"duplicate case name {case.name!r} (first seen on line {first_line[case.name]})")
+        first_line[case.name] = number
+        if kind == "positive" and not case.expected:
+            raise f.error("expected", "a positive case must list at least one expected chunk id")
+        if kind == "positive" and case.forbidden:
+            raise f.error("forbidden", "a positive case lists expected ids, not forbidden ones")
+        if kind in NEGATIVE_KINDS and not case.forbidden:
+            raise f.error("forbidden", f"a {kind} case must list the chunk ids that must stay out")
+        if kind != "positive" and case.expected:
+            raise f.error("expected", f"a {kind} case expects no evidence; use 'forbidden'")
+        if caller_ids is not None and case.caller not in caller_ids:
+            raise f.error("caller", f"unknown caller {case.caller!r}; known callers: {sorted(caller_ids)}")
+        if chunk_ids is not None:
+            for field in ("expected", "forbidden"):
+                unknown = [cid for cid in getattr(case, field) if cid not in chunk_ids]
+                if unknown:
+                    raise f.error(field, f"unknown chunk id(s) {unknown}")
+        cases.append(case)
+    return cases
