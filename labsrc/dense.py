@@ -87,7 +87,10 @@ class FixtureVectors:
 
     A query that is not in the table maps to the zero vector, which scores 0
     against everything, so the dense lane returns nothing for it (spec, "Dense
-    lane"). Vectors are validated and copied; the object is immutable.
+    lane"). A chunk without a vector is treated the same way -- the dense lane can
+    never return it, the sparse lane still can -- unless ``strict=True``, which
+    makes a missing document vector an error. :meth:`missing` lists the gaps.
+    Vectors are validated and copied; the object is immutable.
     """
 
     def __init__(
@@ -97,8 +100,10 @@ class FixtureVectors:
         *,
         version: str = "fixture-embeddings-v1",
         model: Mapping[str, Any] | None = None,
+        strict: bool = False,
     ) -> None:
         self.version = version
+        self.strict = strict
         self.model = MappingProxyType(dict(model or {}))
         dimension: int | None = None
         docs: dict[str, np.ndarray] = {}
@@ -128,13 +133,16 @@ class FixtureVectors:
     def query_vector(self, query: str) -> np.ndarray:
         return self._queries.get(query, self._zero)
 
+    def missing(self, chunks: Sequence[PolicyChunk]) -> list[str]:
+        """Sorted ids of the chunks that have no document vector."""
+        return sorted(c.chunk_id for c in chunks if c.chunk_id not in self._documents)
+
     def document_matrix(self, chunks: Sequence[PolicyChunk]) -> np.ndarray:
-        missing = sorted(c.chunk_id for c in chunks if c.chunk_id not in self._documents)
-        if missing:
-            raise InvalidArgument(f"no fixture vector for chunk(s) {missing}")
+        if self.strict and self.missing(chunks):
+            raise InvalidArgument(f"no fixture vector for chunk(s) {self.missing(chunks)}")
         if not chunks:
             return np.zeros((0, self.dimension))
-        return np.stack([self._documents[c.chunk_id] for c in chunks])
+        return np.stack([self._documents.get(c.chunk_id, self._zero) for c in chunks])
 
     def __repr__(self) -> str:
         return (

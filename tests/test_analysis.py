@@ -1,0 +1,65 @@
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import labsrc
+from labsrc.analysis import LESSON_STOPWORDS, Analyzer
+
+
+def lesson_reference_tokens(text: str) -> list[str]:
+    """The lesson's analyzer written literally from the spec."""
+    found = re.findall(r"[a-z0-9]+(?:-[a-z0-9]+)*", text.lower())
+    return [t for t in found if t not in LESSON_STOPWORDS]
+
+
+def test_codes_stay_whole_and_stopwords_go():
+    assert labsrc.tokens("Rule RPL-14. A lost parcel after carrier pickup") == [
+        "rule", "rpl-14", "lost", "parcel", "carrier", "pickup",
+    ]  # fmt: skip
+
+
+def test_lesson_stopword_set():
+    assert LESSON_STOPWORDS == {"a", "an", "the", "after", "for", "of", "is", "within", "when"}
+    assert labsrc.tokens("a") == []
+
+
+def test_empty_and_blank_text():
+    assert labsrc.tokens("") == []
+    assert labsrc.tokens("   \n\t") == []
+
+
+def test_non_ascii_letters_survive():
+    assert labsrc.tokens("Rückgabe für Café-Geräte") == ["rückgabe", "für", "café-geräte"]
+    assert labsrc.tokens("返品 ポリシー") == ["返品", "ポリシー"]
+
+
+def test_nfkc_and_casefold():
+    # Full-width letters and digits fold to ASCII; German ß casefolds to ss.
+    assert labsrc.tokens("ＲＰＬ－１４ STRASSE Straße") == ["rpl-14", "strasse", "strasse"]
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
+def test_on_ascii_text_equals_the_lesson_regex(text):
+    assert labsrc.tokens(text) == lesson_reference_tokens(text)
+
+
+def test_custom_analyzer_pattern_and_stopwords():
+    analyzer = Analyzer(pattern=r"\w+", stopwords=frozenset({"the"}), name="words-v1")
+    assert analyzer("The RPL-14 rule") == ["rpl", "14", "rule"]
+
+
+def test_snowball_stemming():
+    english = Analyzer(stemmer="english")
+    assert english("refurbished laptops qualify") == ["refurbish", "laptop", "qualifi"]
+
+
+def test_bad_analyzer_arguments():
+    with pytest.raises(labsrc.InvalidArgument, match="token pattern"):
+        Analyzer(pattern="(")
+    with pytest.raises(labsrc.InvalidArgument, match="Snowball language"):
+        Analyzer(stemmer="klingon")
+    with pytest.raises(labsrc.InvalidArgument, match="normalize"):
+        Analyzer(normalize="NFX")

@@ -1,0 +1,121 @@
+import math
+
+import numpy as np
+import pytest
+
+import labsrc
+from conftest import make_chunk
+from labsrc.dense import EncoderVectors, HashingEncoder, cosine_similarity
+
+PARAPHRASE = "swap a broken reconditioned notebook"
+SHARED = "damaged refurbished laptop replacement after delivery"
+
+
+def ids_scores(results):
+    return [(chunk.chunk_id, score) for chunk, score in results]
+
+
+def test_paraphrase(data, permitted):
+    assert ids_scores(labsrc.dense_rank(PARAPHRASE, permitted, data.vectors)) == [
+        ("eu-refurb-v2-rule", pytest.approx(0.98 / math.sqrt(0.98**2 + 0.05**2), abs=1e-12)),
+        ("eu-footwear-v1-rule", pytest.approx(0.050954, abs=1e-6)),
+    ]
+    assert labsrc.dense_rank(PARAPHRASE, permitted, data.vectors)[0][1] == pytest.approx(0.998701, abs=1e-6)
+
+
+def test_shared_language(data, permitted):
+    assert ids_scores(labsrc.dense_rank(SHARED, permitted, data.vectors)) == [
+        ("eu-refurb-v2-rule", pytest.approx(0.987803, abs=1e-6)),
+        ("eu-footwear-v1-rule", pytest.approx(0.154344, abs=1e-6)),
+    ]
+
+
+def test_code_only_query_maps_to_zero_and_finds_nothing(data, permitted):
+    assert np.array_equal(data.vectors.query_vector("RPL-14"), np.zeros(3))
+    assert np.array_equal(data.vectors.query_vector("never seen"), np.zeros(3))
+    assert labsrc.dense_rank("RPL-14", permitted, data.vectors) == []
+
+
+def test_cosine_zero_vector_scores_zero():
+    matrix = np.array([[1.0, 0.0], [0.0, 0.0], [3.0, 4.0]])
+    assert cosine_similarity(matrix, np.array([1.0, 0.0])).tolist() == [1.0, 0.0, pytest.approx(3 / 5)]
+    assert cosine_similarity(matrix, np.zeros(2)).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_fixture_vectors_validate_dimensions_and_values():
+    with pytest.raises(labsrc.InvalidArgument, match="dimension 2, expected 3"):
+        labsrc.FixtureVectors({"a": [1, 0, 0], "b": [1, 0]}, {})
+    with pytest.raises(labsrc.InvalidArgument, match="NaN or infinite"):
+        labsrc.FixtureVectors({"a": [1, float("nan"), 0]}, {})
+    with pytest.raises(labsrc.InvalidArgument, match="NaN or infinite"):
+        labsrc.FixtureVectors({"a": [1, 0]}, {"q": [float("inf"), 0]})
+    with pytest.raises(labsrc.InvalidArgument, match="at least one vector"):
+        labsrc.FixtureVectors({}, {})
+
+
+def test_fixture_vectors_copy_their_input():
+    source = [1.0, 0.0]
+    vectors = labsrc.FixtureVectors({"a": source}, {})
+    source[0] = 5.0
+    assert vectors.documents["a"].tolist() == [1.0, 0.0]
+    with pytest.raises(ValueError):
+        vectors.documents["a"][0] = 2.0
+
+
+def test_missing_document_vector_scores_zero_unless_strict(data, permitted):
+    chunks = [*permitted, make_chunk("unknown")]
+    assert data.vectors.missing(chunks) == ["unknown"]
+    assert "unknown" not in [c.chunk_id for c, _ in labsrc.dense_rank(PARAPHRASE, chunks, data.vectors, top_k=10)]
+    strict = labsrc.FixtureVectors(data.vectors.documents, data.vectors.queries, strict=True)
+    with pytest.raises(labsrc.InvalidArgument, match="no fixture vector"):
+        labsrc.dense_rank(PARAPHRASE, chunks, strict)
+
+
+def test_top_k_beyond_universe_and_bad_top_k(data, permitted):
+    assert len(labsrc.dense_rank(SHARED, permitted, data.vectors, top_k=100)) == 3
+    with pytest.raises(labsrc.InvalidArgument):
+        labsrc.dense_rank(SHARED, permitted, data.vectors, top_k=0)
+
+
+def test_blank_query(data, permitted):
+    assert labsrc.dense_rank("  ", permitted, data.vectors) == []
+
+
+def test_ties_break_on_chunk_id():
+    vectors = labsrc.FixtureVectors({"b": [1, 0], "a": [1, 0], "c": [1, 0]}, {"q": [1, 0]})
+    chunks = [make_chunk(cid) for cid in ("c", "b", "a")]
+    assert [c.chunk_id for c, _ in labsrc.dense_rank("q", chunks, vectors, top_k=2)] == ["a", "b"]
+
+
+def test_hashing_encoder_is_deterministic_and_normalised():
+    encoder = HashingEncoder(dimension=64)
+    first = encoder.encode(["refund for a lost parcel", ""])
+    again = HashingEncoder(dimension=64).encode(["refund for a lost parcel", ""])
+    assert np.array_equal(first, again)
+    assert np.linalg.norm(first[0]) == pytest.approx(1.0)
+    assert np.array_equal(first[1], np.zeros(64))  # no tokens → zero vector
+
+
+def test_an_encoder_can_drive_the_dense_lane():
+    chunks = [make_chunk("a", "lost parcel refund"), make_chunk("b", "unworn footwear return")]
+    results = labsrc.dense_rank("parcel refund", chunks, HashingEncoder(dimension=512))
+    assert results[0][0].chunk_id == "a"
+    assert isinstance(EncoderVectors(HashingEncoder()), labsrc.DenseSource)
+
+
+def test_encoder_with_wrong_shape_is_refused():
+    class Broken:
+        def encode(self, texts):
+            return np.zeros(3)
+
+    with pytest.raises(labsrc.InvalidArgument, match="shape"):
+        labsrc.dense_rank("q", [make_chunk("a")], Broken())
+
+
+def test_top_k_positions_never_sorts_more_than_needed():
+    from labsrc.ranking import top_k_positions
+
+    scores = np.array([0.5, 0.9, 0.0, 0.9, -1.0, 0.7])
+    assert top_k_positions(scores, 2).tolist() == [1, 3]
+    assert top_k_positions(scores, 3).tolist() == [1, 3, 5]
+    assert top_k_positions(scores, 10).tolist() == [1, 3, 5, 0]  # only positive scores

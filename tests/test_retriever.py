@@ -1,0 +1,81 @@
+import datetime as dt
+
+import pytest
+
+import labsrc
+from conftest import make_chunk
+
+PARAPHRASE = "swap a broken reconditioned notebook"
+
+
+def test_hidden_code_attack(data):
+    assert labsrc.hybrid_rank("VIP-RPL-1", data.luna, data.chunks, data.vectors, data.eval_date) == []
+
+
+def test_no_access_caller(data):
+    assert labsrc.hybrid_rank("RPL-14", data.no_access, data.chunks, data.vectors, data.eval_date) == []
+
+
+def test_superseded_wording_returns_only_the_current_rule(data):
+    results = labsrc.hybrid_rank(
+        "Damaged refurbished laptops qualify for return within 30 days",
+        data.luna, data.chunks, data.vectors, data.eval_date, top_k=10,
+    )  # fmt: skip
+    ids = [c.chunk_id for c, _ in results]
+    assert "eu-refurb-v1-rule" not in ids and ids[0] == "eu-refurb-v2-rule"
+
+
+def test_before_v2_took_effect_luna_gets_v1(data):
+    day = dt.date(2026, 3, 1)
+    results = labsrc.hybrid_rank("RPL-14", data.luna, data.chunks, data.vectors, day)
+    assert [c.chunk_id for c, _ in results] == ["eu-refurb-v1-rule"]
+
+
+def test_blank_query_and_bad_top_k(data):
+    assert labsrc.hybrid_rank("  ", data.luna, data.chunks, data.vectors, data.eval_date) == []
+    with pytest.raises(labsrc.InvalidArgument, match="top_k"):
+        labsrc.hybrid_rank("RPL-14", data.luna, data.chunks, data.vectors, data.eval_date, top_k=0)
+
+
+def test_retriever_result_carries_lanes_and_ranks(data):
+    retriever = labsrc.PolicyRetriever(data.chunks, data.vectors)
+    result = retriever.search(PARAPHRASE, data.luna, data.eval_date, 2)
+    assert result.sparse == ()
+    assert [c.chunk_id for c, _ in result.dense] == ["eu-refurb-v2-rule", "eu-footwear-v1-rule"]
+    assert result.lane_ranks("eu-refurb-v2-rule") == {"bm25": None, "dense": 1, "hybrid": 1}
+
+
+def test_retriever_copies_the_corpus(data):
+    chunks = list(data.chunks)
+    retriever = labsrc.PolicyRetriever(chunks, data.vectors)
+    chunks.clear()
+    assert len(retriever.chunks) == 5
+
+
+def test_retriever_rejects_duplicate_ids_and_unknown_weights(data):
+    with pytest.raises(labsrc.InvalidArgument, match="duplicate"):
+        labsrc.PolicyRetriever([make_chunk("a"), make_chunk("a", "x")], data.vectors)
+    with pytest.raises(labsrc.InvalidArgument, match="unknown lane"):
+        labsrc.PolicyRetriever(data.chunks, data.vectors, weights={"splade": 1.0})
+
+
+def test_indexes_are_reused_for_the_same_universe(data):
+    from labsrc import sparse
+
+    retriever = labsrc.PolicyRetriever(data.chunks, data.vectors)
+    retriever.search("RPL-14", data.luna, data.eval_date)
+    misses = sparse._INDEX_CACHE.misses
+    for query in ("CLM-7", "refund", "footwear"):
+        retriever.search(query, data.luna, data.eval_date)
+    assert sparse._INDEX_CACHE.misses == misses  # same caller and date: no rebuild
+
+
+def test_hashing_encoder_hybrid_on_a_larger_corpus():
+    chunks = [make_chunk(f"c{i:04d}", f"policy {i} rule RPL-{i} refund window {i % 7} days") for i in range(2000)]
+    chunks.append(make_chunk("hidden", "policy rule RPL-5 refund", acl_tag="legal:internal"))
+    caller = labsrc.Caller("u", "EU", {"support:eu"})
+    results = labsrc.hybrid_rank(
+        "RPL-5 refund", caller, chunks, labsrc.HashingEncoder(dimension=128), dt.date(2026, 5, 27), top_k=5
+    )
+    ids = [c.chunk_id for c, _ in results]
+    assert ids[0] == "c0005" and "hidden" not in ids
