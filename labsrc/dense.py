@@ -23,6 +23,7 @@ from .ranking import check_top_k, chunk_lookup, top_k_positions
 from .records import PolicyChunk
 
 __all__ = [
+    "DenseIndex",
     "DenseSource",
     "Encoder",
     "EncoderVectors",
@@ -242,10 +243,15 @@ def as_dense_source(vectors: DenseSource | Encoder) -> DenseSource:
     )
 
 
-class _DenseUniverse:
-    """Document vectors of one universe, sorted by chunk_id, with their norms precomputed."""
+class DenseIndex:
+    """Document vectors of one searchable universe, rows sorted by chunk_id.
+
+    Built once per universe; a query costs one matrix-vector product plus a
+    linear-time top-k selection.
+    """
 
     def __init__(self, chunks: Sequence[PolicyChunk], source: DenseSource) -> None:
+        self.source = source
         self.chunks = tuple(sorted(chunks, key=lambda c: c.chunk_id))
         matrix = np.asarray(source.document_matrix(self.chunks), dtype=np.float64)
         if matrix.shape[0] != len(self.chunks):
@@ -258,8 +264,16 @@ class _DenseUniverse:
             return np.zeros(0)
         return cosine_similarity(self.matrix, query_vector)
 
+    def search(self, query: str, top_k: int) -> list[tuple[PolicyChunk, float]]:
+        """``(chunk, cosine)`` pairs with score > 0, by (score desc, chunk_id asc), at most ``top_k``."""
+        top_k = check_top_k(top_k)
+        if not query.strip() or not self.chunks:
+            return []
+        scores = self.scores(self.source.query_vector(query))
+        return [(self.chunks[p], float(scores[p])) for p in top_k_positions(scores, top_k)]
 
-_DENSE_CACHE: LRUCache[_DenseUniverse] = LRUCache(maxsize=16)
+
+_DENSE_CACHE: LRUCache[DenseIndex] = LRUCache(maxsize=16)
 
 
 def dense_rank(
@@ -279,8 +293,5 @@ def dense_rank(
         return []
     source = as_dense_source(vectors)
     universe_chunks = tuple(chunk_lookup(chunks).values())
-    universe = _DENSE_CACHE.get_or_build(
-        ("dense", universe_chunks, source), lambda: _DenseUniverse(universe_chunks, source)
-    )
-    scores = universe.scores(source.query_vector(query))
-    return [(universe.chunks[p], float(scores[p])) for p in top_k_positions(scores, top_k)]
+    index = _DENSE_CACHE.get_or_build(("dense", universe_chunks, source), lambda: DenseIndex(universe_chunks, source))
+    return index.search(query, top_k)

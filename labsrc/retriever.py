@@ -11,16 +11,19 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
 
 from .analysis import Analyzer, lesson_analyzer
 from .boundary import BoundaryIndex
 from .cache import LRUCache
-from .dense import DenseSource, Encoder, as_dense_source, dense_rank
+from .dense import DenseIndex, DenseSource, Encoder, as_dense_source
 from .errors import InvalidArgument
 from .fusion import DEFAULT_RRF_K, check_rrf_k, reciprocal_rank_fusion
 from .ranking import check_top_k, chunk_lookup
 from .records import Caller, PolicyChunk
-from .sparse import DEFAULT_B, DEFAULT_K1, bm25_rank
+from .sparse import DEFAULT_B, DEFAULT_K1, BM25Index
 from .trace import RetrievalTrace, StageTimer
 
 __all__ = [
@@ -32,6 +35,28 @@ __all__ = [
 ]
 
 RETRIEVER_VERSION = "policy-retriever-v2"
+
+
+class _Universe:
+    """One permitted universe with both lanes' indexes, each built on first use and reused.
+
+    Building lazily charges an index build to the stage that needs it (bm25 or
+    dense), not to authorize.
+    """
+
+    def __init__(self, chunks: tuple[PolicyChunk, ...], retriever: PolicyRetriever) -> None:
+        self.chunks = chunks
+        self.by_id = {c.chunk_id: c for c in chunks}
+        self._retriever = retriever
+
+    @cached_property
+    def bm25(self) -> BM25Index:
+        r = self._retriever
+        return BM25Index.build(((c.chunk_id, c.text) for c in self.chunks), analyzer=r.analyzer, k1=r.k1, b=r.b)
+
+    @cached_property
+    def dense(self) -> DenseIndex:
+        return DenseIndex(self.chunks, self._retriever.vectors)
 
 
 @dataclass(frozen=True)
@@ -84,6 +109,7 @@ class PolicyRetriever:
         b: float = DEFAULT_B,
         rrf_k: float = DEFAULT_RRF_K,
         weights: Mapping[str, float] | None = None,
+        universe_cache_size: int = 8,
     ) -> None:
         self.chunks = tuple(chunk_lookup(chunks).values())
         self.boundary = BoundaryIndex(self.chunks)
@@ -96,6 +122,9 @@ class PolicyRetriever:
         unknown = sorted(set(self.weights) - {"bm25", "dense"})
         if unknown:
             raise InvalidArgument(f"unknown lane(s) in weights: {unknown}; valid lanes: ['bm25', 'dense']")
+        # Indexes per permitted set. The key is the boundary mask itself, so the same
+        # universe (whoever asks, whatever the date) reuses its postings and vectors.
+        self._universes: LRUCache[_Universe] = LRUCache(maxsize=universe_cache_size)
 
     def versions(self, on_date: dt.date) -> dict[str, str]:
         rrf_k = int(self.rrf_k) if float(self.rrf_k).is_integer() else self.rrf_k
@@ -110,6 +139,13 @@ class PolicyRetriever:
     def universe(self, caller: Caller, on_date: dt.date) -> tuple[PolicyChunk, ...]:
         """The caller's permitted chunks on ``on_date``, in corpus order."""
         return self.boundary.permitted(caller, on_date)
+
+    def _lanes(self, caller: Caller, on_date: dt.date) -> _Universe:
+        mask = self.boundary.mask(caller, on_date)
+        key = np.packbits(mask).tobytes()
+        return self._universes.get_or_build(
+            key, lambda: _Universe(tuple(self.chunks[i] for i in np.flatnonzero(mask)), self)
+        )
 
     def search(
         self,
@@ -127,14 +163,14 @@ class PolicyRetriever:
         dense: list[tuple[PolicyChunk, float]] = []
         fused: list[tuple[PolicyChunk, float]] = []
         with timer.stage("authorize"):
-            universe = self.universe(caller, on_date)
+            universe = self._lanes(caller, on_date)
         blank = not query.strip()
         with timer.stage("bm25"):
             if not blank:
-                sparse = bm25_rank(query, universe, top_k, self.k1, self.b, analyzer=self.analyzer)
+                sparse = [(universe.by_id[i], s) for i, s in universe.bm25.search(query, top_k)]
         with timer.stage("dense"):
             if not blank:
-                dense = dense_rank(query, universe, self.vectors, top_k)
+                dense = universe.dense.search(query, top_k)
         with timer.stage("fusion"):
             weights = None
             if self.weights:

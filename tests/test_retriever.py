@@ -59,15 +59,24 @@ def test_retriever_rejects_duplicate_ids_and_unknown_weights(data):
         labsrc.PolicyRetriever(data.chunks, data.vectors, weights={"splade": 1.0})
 
 
-def test_indexes_are_reused_for_the_same_universe(data):
-    from labsrc import sparse
+def test_indexes_are_built_once_per_permitted_set(data, monkeypatch):
+    builds = []
+    original = labsrc.BM25Index.build.__func__
 
+    def counting_build(cls, pairs, **kwargs):
+        builds.append(1)
+        return original(cls, pairs, **kwargs)
+
+    monkeypatch.setattr(labsrc.BM25Index, "build", classmethod(counting_build))
     retriever = labsrc.PolicyRetriever(data.chunks, data.vectors)
-    retriever.search("RPL-14", data.luna, data.eval_date)
-    misses = sparse._INDEX_CACHE.misses
-    for query in ("CLM-7", "refund", "footwear"):
+    for query in ("RPL-14", "CLM-7", "refund", "footwear"):
         retriever.search(query, data.luna, data.eval_date)
-    assert sparse._INDEX_CACHE.misses == misses  # same caller and date: no rebuild
+    assert len(builds) == 1  # same caller and date: postings reused
+    # Another date with the same permitted set reuses them too; a different set builds anew.
+    retriever.search("RPL-14", data.luna, dt.date(2026, 6, 30))
+    assert len(builds) == 1
+    retriever.search("RPL-14", data.luna, dt.date(2026, 3, 1))
+    assert len(builds) == 2
 
 
 def test_hashing_encoder_hybrid_on_a_larger_corpus():
