@@ -6,8 +6,11 @@ A case file is JSONL, one case per line::
      "kind": "positive", "expected": ["eu-refurb-v2-rule"]}
 
 ``kind`` is one of :data:`CASE_KINDS`. A positive case lists the chunk ids it
-requires in ``expected``; the negative kinds list, in ``forbidden``, the ids that
-must never reach any lane. ``on_date`` (ISO) overrides the evaluation date.
+requires in ``expected``; the negative kinds (``restricted``, ``superseded``,
+``wrong_region``) list, in ``forbidden``, the ids that must never reach any lane.
+An ``absent`` case is a question nothing permitted answers: it expects nothing,
+and its optional ``forbidden`` ids must not be returned as evidence. ``on_date``
+(ISO) overrides the evaluation date; ``notes`` is free text for reviewers.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import datetime as dt
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .loading import Field, iter_jsonl
 
@@ -27,6 +31,12 @@ NEGATIVE_KINDS = ("restricted", "superseded", "wrong_region")
 
 @dataclass(frozen=True)
 class Case:
+    """One frozen question: who asks what, and which chunk ids must (not) come back.
+
+    ``expected`` is what a positive case requires; ``forbidden`` is what the
+    negative kinds (and, optionally, an ``absent`` case) must never return.
+    """
+
     name: str
     query: str
     caller: str
@@ -35,6 +45,23 @@ class Case:
     forbidden: tuple[str, ...] = ()
     on_date: dt.date | None = None
     notes: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "expected", tuple(self.expected))
+        object.__setattr__(self, "forbidden", tuple(self.forbidden))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The case as one JSONL record (the format :func:`load_cases` reads)."""
+        out: dict[str, Any] = {"name": self.name, "query": self.query, "caller": self.caller, "kind": self.kind}
+        if self.expected:
+            out["expected"] = list(self.expected)
+        if self.forbidden:
+            out["forbidden"] = list(self.forbidden)
+        if self.on_date is not None:
+            out["on_date"] = self.on_date.isoformat()
+        if self.notes is not None:
+            out["notes"] = self.notes
+        return out
 
 
 _FIELDS = {"name", "query", "caller", "kind", "expected", "forbidden", "on_date", "notes"}
@@ -77,6 +104,11 @@ def load_cases(
             raise f.error("forbidden", f"a {kind} case must list the chunk ids that must stay out")
         if kind != "positive" and case.expected:
             raise f.error("expected", f"a {kind} case expects no evidence; use 'forbidden'")
+        for field in ("expected", "forbidden"):
+            ids = getattr(case, field)
+            if len(set(ids)) != len(ids):
+                repeated = sorted({cid for cid in ids if ids.count(cid) > 1})
+                raise f.error(field, f"lists the same chunk id more than once: {repeated}")
         if caller_ids is not None and case.caller not in caller_ids:
             raise f.error("caller", f"unknown caller {case.caller!r}; known callers: {sorted(caller_ids)}")
         if chunk_ids is not None:

@@ -1,0 +1,261 @@
+"""The command line: report, gate and search, their exit codes and what they print."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from labsrc.cli import main
+from labsrc.cli_report import ProgressBar
+from labsrc.fixtures import fixtures_dir
+from labsrc.report import REPORT_FILES
+
+LESSON = fixtures_dir() / "lesson"
+FILES = ["--chunks", str(LESSON / "chunks.jsonl"), "--callers", str(LESSON / "callers.json")]
+FAST = ["--repetitions", "2", "--no-progress"]
+
+
+def gate_args(cases: Path, *extra: str) -> list[str]:
+    return ["gate", *FILES, "--cases", str(cases), "--vectors", str(LESSON / "vectors.json"),
+            "--config", str(LESSON / "gate.json"), *FAST, *extra]
+
+
+def copy_cases(tmp_path: Path, *extra_lines: str) -> Path:
+    path = tmp_path / "cases.jsonl"
+    shutil.copy(LESSON / "cases.jsonl", path)
+    with path.open("a", encoding="utf-8") as handle:
+        for line in extra_lines:
+            handle.write(line + "\n")
+    return path
+
+
+# --- labsrc report ---------------------------------------------------------------------------
+
+
+def test_report_passes_prints_the_gate_table_and_writes_every_file(tmp_path: Path, capsys) -> None:
+    assert main(["report", "--out", str(tmp_path / "out"), *FAST]) == 0
+    out = capsys.readouterr().out
+    assert "lane     Recall@2\nbm25     0.67\ndense    0.67\nhybrid   1.00\n" in out
+    for line in ("PASS  restricted exclusion", "PASS  superseded exclusion", "PASS  wrong_region exclusion",
+                 "PASS  abstention", "PASS  hybrid > each lane", "PASS  latency p50/p95"):
+        assert line in out
+    assert "all gates pass" in out
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(REPORT_FILES)
+
+
+def test_report_writes_to_report_folder_by_default(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", *FAST]) == 0
+    assert (tmp_path / "report" / "report.json").is_file()
+    assert "report written to report/" in capsys.readouterr().out
+
+
+def test_report_top_k_override_changes_the_table(tmp_path: Path, capsys) -> None:
+    assert main(["report", "--out", str(tmp_path), "--top-k", "1", *FAST]) == 0
+    out = capsys.readouterr().out
+    # At k = 1 each lane still finds the rule first where it finds it at all: 2/3, 2/3, 3/3.
+    assert "lane     Recall@1\nbm25     0.67\ndense    0.67\nhybrid   1.00\n" in out
+
+
+# --- labsrc gate ---------------------------------------------------------------------------------
+
+
+def test_gate_passes_on_the_lesson_files(tmp_path: Path, capsys) -> None:
+    assert main(gate_args(LESSON / "cases.jsonl", "--out", str(tmp_path))) == 0
+    assert "all gates pass" in capsys.readouterr().out
+    assert json.loads((tmp_path / "report.json").read_text())["passed"] is True
+
+
+def test_a_deliberately_failing_case_exits_1_and_names_the_case(tmp_path: Path, capsys) -> None:
+    bad = json.dumps({"name": "code-expects-footwear", "query": "RPL-14", "caller": "luna-48291",
+                      "kind": "positive", "expected": ["eu-footwear-v1-rule"]})
+    assert main(gate_args(copy_cases(tmp_path, bad))) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  recall@2 hybrid" in out
+    assert "failed gate 'recall@2 hybrid': cases code-expects-footwear" in out
+    assert "GATES FAILED" in out
+
+
+def test_a_leaking_case_fails_exclusion(tmp_path: Path, capsys) -> None:
+    # A superseded case on a date when the old rule was still in force: v1 is returned, so it "leaks".
+    # (The lesson's fixture vectors cover only current chunks, so this run uses the hashing encoder.)
+    bad = json.dumps({"name": "old-date", "query": "RPL-14", "caller": "luna-48291", "kind": "superseded",
+                      "forbidden": ["eu-refurb-v1-rule"], "on_date": "2026-03-01"})
+    args = ["gate", *FILES, "--cases", str(copy_cases(tmp_path, bad)), "--date", "2026-05-27", *FAST]
+    assert main(args) == 1
+    assert "failed gate 'superseded exclusion': cases old-date" in capsys.readouterr().out
+
+
+def test_a_malformed_case_file_exits_2_and_names_the_line(tmp_path: Path, capsys) -> None:
+    cases = copy_cases(tmp_path, '{"name": "broken", "query": ')
+    assert main(gate_args(cases)) == 2
+    err = capsys.readouterr().err
+    n_lines = len((LESSON / "cases.jsonl").read_text().splitlines()) + 1
+    assert f"{cases}, line {n_lines}" in err and "malformed JSON" in err
+
+
+def test_an_unknown_chunk_id_in_a_case_exits_2(tmp_path: Path, capsys) -> None:
+    bad = json.dumps({"name": "ghost", "query": "q", "caller": "luna-48291", "kind": "positive",
+                      "expected": ["eu-refurb-v9-rule"]})
+    assert main(gate_args(copy_cases(tmp_path, bad))) == 2
+    assert "field 'expected': unknown chunk id(s) ['eu-refurb-v9-rule']" in capsys.readouterr().err
+
+
+def test_a_bad_config_exits_2_and_names_the_line(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "gate.json"
+    config.write_text('{\n  "top_k": 2,\n  "hybrid_rule": "better"\n}\n')
+    args = gate_args(LESSON / "cases.jsonl")
+    args[args.index("--config") + 1] = str(config)
+    assert main(args) == 2
+    assert f"{config}, line 3, field 'hybrid_rule'" in capsys.readouterr().err
+
+
+def test_vectors_missing_a_visible_chunk_exit_2(tmp_path: Path, capsys) -> None:
+    vectors = json.loads((LESSON / "vectors.json").read_text())
+    del vectors["documents"]["eu-footwear-v1-rule"]
+    path = tmp_path / "vectors.json"
+    path.write_text(json.dumps(vectors))
+    args = gate_args(LESSON / "cases.jsonl")
+    args[args.index("--vectors") + 1] = str(path)
+    assert main(args) == 2
+    assert "no document vector for 1 chunk(s)" in capsys.readouterr().err
+
+
+def test_gate_without_vectors_uses_the_hashing_encoder(capsys) -> None:
+    args = ["gate", *FILES, "--cases", str(LESSON / "cases.jsonl"), "--date", "2026-05-27", *FAST]
+    code = main(args)
+    out = capsys.readouterr().out
+    assert "dense hashing-encoder-v1-d256" in out
+    assert "PASS  restricted exclusion" in out  # the boundary holds whatever the dense lane is
+    assert code in (0, 1)
+
+
+def write_vector_dir(root: Path, doc_ids: list[str], query_ids: list[str]) -> Path:
+    """A tiny vectors/<model>/ folder: one-hot document vectors, queries pointing at a document."""
+    folder = root / "vectors" / "toy-model"
+    folder.mkdir(parents=True)
+    dim = len(doc_ids)
+    np.save(folder / "corpus.npy", np.eye(dim, dtype=np.float32))
+    queries = np.zeros((len(query_ids), dim), dtype=np.float32)
+    queries[:, 0] = 1.0  # every query points at the first document
+    np.save(folder / "queries.npy", queries)
+    (folder / "corpus_ids.txt").write_text("\n".join(doc_ids) + "\n")
+    (folder / "query_ids.txt").write_text("\n".join(query_ids) + "\n")
+    (folder / "MODEL.json").write_text(json.dumps({"model": "toy-model", "dim": dim, "normalized": True}))
+    return folder
+
+
+def test_gate_reads_a_vector_directory(tmp_path: Path, capsys) -> None:
+    chunk_ids = [json.loads(line)["chunk_id"] for line in (LESSON / "chunks.jsonl").read_text().splitlines()]
+    folder = write_vector_dir(tmp_path, chunk_ids, ["paraphrase"])  # query ids are case names
+    args = gate_args(LESSON / "cases.jsonl", "--out", str(tmp_path / "out"))
+    args[args.index("--vectors") + 1] = str(folder)
+    main(args)
+    captured = capsys.readouterr()
+    assert "dense toy-model" in captured.out
+    assert "2 positive case(s) have no query vector" in captured.err
+    assert "exact-code, shared-language" in captured.err
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert doc["versions"]["dense_model"]["model"] == "toy-model"
+    paraphrase = next(c for c in doc["cases"] if c["name"] == "paraphrase")
+    assert paraphrase["ids"]["dense"] == ["eu-refurb-v2-rule"]  # the first document in corpus_ids.txt
+
+
+def test_gate_requires_its_files(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["gate", "--chunks", str(LESSON / "chunks.jsonl")])
+    assert info.value.code == 2
+    assert "--callers" in capsys.readouterr().err
+
+
+def test_gate_exit_code_from_a_real_process(tmp_path: Path) -> None:
+    bad = json.dumps({"name": "wrong-rule", "query": "RPL-14", "caller": "luna-48291", "kind": "positive",
+                      "expected": ["eu-carrier-loss-v1"]})
+    proc = subprocess.run(
+        [sys.executable, "-m", "labsrc.cli", *gate_args(copy_cases(tmp_path, bad))],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "wrong-rule" in proc.stdout
+    assert proc.stderr == ""  # no progress bar when stderr is not a terminal
+
+
+# --- labsrc search -------------------------------------------------------------------------------
+
+
+def test_search_prints_fused_ids_with_lane_ranks(capsys) -> None:
+    assert main(["search", "damaged refurbished laptop replacement after delivery", "--as", "luna-48291"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "query 'damaged refurbished laptop replacement after delivery' as luna-48291 on 2026-05-27, top 2"
+    rows = [line.split() for line in lines if line.strip().startswith(("1 ", "2 "))]
+    assert rows == [["1", "eu-refurb-v2-rule", f"{2 / 61:.6f}", "1", "1"],
+                    ["2", "eu-footwear-v1-rule", f"{2 / 62:.6f}", "2", "2"]]
+
+
+def test_search_shows_a_missing_lane_as_dash(capsys) -> None:
+    assert main(["search", "RPL-14", "--as", "luna-48291"]) == 0
+    out = capsys.readouterr().out
+    assert ["1", "eu-refurb-v2-rule", f"{1 / 61:.6f}", "1", "-"] in [line.split() for line in out.splitlines()]
+    assert "no vector for this query" in out
+
+
+def test_search_for_a_hidden_code_returns_nothing(capsys) -> None:
+    assert main(["search", "VIP-RPL-1", "--as", "luna-48291", "--top-k", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "no permitted evidence matched (0 results)" in out
+    assert "merchant-vip-refurb" not in out
+
+
+def test_search_with_an_unknown_caller_exits_2(capsys) -> None:
+    assert main(["search", "RPL-14", "--as", "mallory"]) == 2
+    assert "unknown caller 'mallory'" in capsys.readouterr().err
+
+
+def test_search_with_a_bad_date_exits_2(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["search", "RPL-14", "--as", "luna-48291", "--date", "27/05/2026"])
+    assert info.value.code == 2
+    assert "ISO date" in capsys.readouterr().err
+
+
+def test_search_on_an_old_date_sees_the_old_rule(capsys) -> None:
+    assert main(["search", "RPL-14", "--as", "luna-48291", "--date", "2026-03-01"]) == 0
+    assert "eu-refurb-v1-rule" in capsys.readouterr().out
+
+
+# --- help and progress ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("command", "phrase"), [("report", "Exit status"), ("gate", "Exit status"),
+                                                 ("search", "1-based rank")])
+def test_help_is_useful(command: str, phrase: str, capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    assert phrase in " ".join(capsys.readouterr().out.split())
+
+
+def test_progress_bar_draws_on_a_terminal_only() -> None:
+    stream = io.StringIO()
+    bar = ProgressBar(stream, enabled=True, width=10)
+    for done in range(1, 5):
+        bar("cases", done, 4)
+    assert stream.getvalue().endswith("\rcases    [##########] 4/4\n")
+    quiet = io.StringIO()
+    ProgressBar(quiet)("cases", 1, 1)  # StringIO is not a TTY
+    assert quiet.getvalue() == ""
+
+
+def test_progress_bar_redraws_at_most_once_per_percent() -> None:
+    stream = io.StringIO()
+    bar = ProgressBar(stream, enabled=True)
+    for done in range(1, 1001):
+        bar("timing", done, 1000)
+    assert stream.getvalue().count("\r") == 1 + 100  # 0 %, then each percent up to 100 %
