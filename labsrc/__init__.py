@@ -51,6 +51,23 @@ from .report import (
 from .retriever import PolicyRetriever, RetrievalResult, hybrid_rank, trace_hybrid_request
 from .sparse import BM25Index, TermExplanation, bm25_rank, brute_force_bm25, explain, idf_lucene
 from .trace import RetrievalTrace
+# Production patterns (shared/specs/production-patterns.md), built on the core above.
+from .categories import search_by_category
+from .chunking import chunk_markdown
+from .codetokens import code_tokens
+from .dropin import HybridRetriever, QueryPlan, make_snippet, rrf, tokenize
+from .encoders import EmbedderLoadError, SentenceTransformerEncoder
+from .enrich import enrich_content
+from .expansion import SUPPORT_POLICY_EXPANSIONS, QueryExpander
+from .filters import FILTER_OPERATORS, compile_filter_sql, matches_filter
+from .needles import NEEDLE_THRESHOLD, load_needles, needle_accuracy, needle_gate, needle_retriever
+from .persistence import load_bm25_index, save_bm25_index
+from .postfilter import FilterPlacement, acl_overlay_chunks, compare_filter_placement, post_filter
+from .rerank import Reranker, TermOverlapReranker, rerank_search
+from .snippets import Snippet, best_snippet, min_max_normalize, with_display_scores
+from .store import SQLiteStore
+from .weighted_fusion import FusionParams, adaptive_fusion_params, ensemble_retriever, weighted_rrf
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -130,4 +147,44 @@ __all__ = [
     "tokens",
     "trace_hybrid_request",
     "write_report",
+    # production patterns
+    "EmbedderLoadError",
+    "FILTER_OPERATORS",
+    "FilterPlacement",
+    "FusionParams",
+    "HybridRetriever",
+    "NEEDLE_THRESHOLD",
+    "QueryExpander",
+    "QueryPlan",
+    "Reranker",
+    "SQLiteStore",
+    "SUPPORT_POLICY_EXPANSIONS",
+    "SentenceTransformerEncoder",
+    "Snippet",
+    "TermOverlapReranker",
+    "acl_overlay_chunks",
+    "adaptive_fusion_params",
+    "best_snippet",
+    "chunk_markdown",
+    "code_tokens",
+    "compare_filter_placement",
+    "compile_filter_sql",
+    "enrich_content",
+    "ensemble_retriever",
+    "load_bm25_index",
+    "load_needles",
+    "make_snippet",
+    "matches_filter",
+    "min_max_normalize",
+    "needle_accuracy",
+    "needle_gate",
+    "needle_retriever",
+    "post_filter",
+    "rerank_search",
+    "rrf",
+    "save_bm25_index",
+    "search_by_category",
+    "tokenize",
+    "weighted_rrf",
+    "with_display_scores",
 ]

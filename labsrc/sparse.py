@@ -18,6 +18,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -100,6 +101,13 @@ class BM25Index:
     Layout (compressed sparse rows, one row per term): the postings of term ``t``
     are ``doc_pos[ptr[t]:ptr[t+1]]`` with counts ``tf[ptr[t]:ptr[t+1]]``. Documents
     are stored sorted by id, so a document's position doubles as its tie-break key.
+
+    Each posting also carries its precomputed *impact*, the term's whole BM25
+    contribution to that document, ``bm25_term_score(idf[t], tf, norm[d], k1)``.
+    Nothing in it depends on the query, so a query only adds impacts: one NumPy
+    scatter-add per query term, then a partial sort for the top k. The arithmetic
+    is the same expression the readable reference evaluates, so the scores match
+    :func:`brute_force_bm25` (the tests check it).
     """
 
     def __init__(
@@ -132,6 +140,14 @@ class BM25Index:
         self.idf = idf_lucene(df, self.n_docs) if self.n_docs else np.zeros(0)
         # The length norm depends only on the document; compute it once per index.
         self.norm = length_norm(doc_len, self.avgdl, self.b) if self.avgdl > 0 else np.ones(self.n_docs)
+        # Query-independent impacts, one per posting: idf(t) · saturated tf (see the class docstring).
+        self.impact = np.asarray(
+            bm25_term_score(np.repeat(self.idf, df), tf, self.norm[doc_pos], self.k1), dtype=np.float64
+        )
+        self.impact.setflags(write=False)
+        # Plain-Python copies for the per-query hot path: indexing a list is cheaper than a NumPy scalar.
+        self._ptr = [int(x) for x in ptr]
+        self._postings = np.asarray(doc_pos, dtype=np.intp)
 
     # --- building ---------------------------------------------------------------
 
@@ -146,38 +162,73 @@ class BM25Index:
     ) -> BM25Index:
         """Index ``(id, text)`` pairs. Ids must be unique."""
         _check_params(k1, b)
-        docs = sorted(pairs, key=lambda pair: pair[0])
+        return cls.build_from_terms(
+            ((doc_id, analyzer(text)) for doc_id, text in pairs), analyzer=analyzer, k1=k1, b=b
+        )
+
+    @classmethod
+    def build_from_terms(
+        cls,
+        pairs: Iterable[tuple[str, Sequence[str]]],
+        *,
+        analyzer: Callable[[str], list[str]] = lesson_analyzer,
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
+    ) -> BM25Index:
+        """Index ``(id, terms)`` pairs whose text is already analysed. Ids must be unique.
+
+        ``analyzer`` must be the one that produced the terms: :meth:`search` uses
+        it on query text. Benchmarks and oracles use this to give every library
+        the very same token lists.
+        """
+        _check_params(k1, b)
+        docs = sorted(((doc_id, terms) for doc_id, terms in pairs), key=lambda pair: pair[0])
         for (left, _), (right, _) in zip(docs, docs[1:]):
             if left == right:
                 raise InvalidArgument(f"duplicate document id {left!r} in BM25Index.build")
         vocabulary: dict[str, int] = {}
-        term_ids: list[int] = []
-        positions: list[int] = []
-        counts: list[int] = []
+        flat: list[int] = []
         doc_len = np.zeros(len(docs), dtype=np.float64)
-        for pos, (_, text) in enumerate(docs):
-            terms = analyzer(text)
+        for pos, (doc_id, terms) in enumerate(docs):
+            if isinstance(terms, str):
+                raise InvalidArgument(f"terms of {doc_id!r} must be a list of strings, not one string")
+            # Term ids in order of first occurrence (corpus order, then document order).
+            flat.extend([vocabulary.setdefault(term, len(vocabulary)) for term in terms])
             doc_len[pos] = len(terms)
-            for term, count in Counter(terms).items():
-                term_ids.append(vocabulary.setdefault(term, len(vocabulary)))
-                positions.append(pos)
-                counts.append(count)
-        term_arr = np.asarray(term_ids, dtype=np.int64)
-        # A stable sort by term keeps each posting list in document order.
-        order = np.argsort(term_arr, kind="stable")
+        n_docs = max(len(docs), 1)
+        term_arr = np.asarray(flat, dtype=np.int64)
+        doc_arr = np.repeat(np.arange(len(docs), dtype=np.int64), doc_len.astype(np.int64))
+        # One key per (term, document) occurrence; unique() sorts them by term, then
+        # document, and counts repeats, which are exactly the term frequencies.
+        keys, counts = np.unique(term_arr * n_docs + doc_arr, return_counts=True)
         ptr = np.zeros(len(vocabulary) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(term_arr, minlength=len(vocabulary)), out=ptr[1:])
+        np.cumsum(np.bincount(keys // n_docs, minlength=len(vocabulary)), out=ptr[1:])
         return cls(
             [doc_id for doc_id, _ in docs],
             doc_len,
             vocabulary,
             ptr,
-            np.asarray(positions, dtype=np.int64)[order],
-            np.asarray(counts, dtype=np.float64)[order],
+            keys % n_docs,
+            counts.astype(np.float64),
             analyzer=analyzer,
             k1=k1,
             b=b,
         )
+
+    # --- persistence ---------------------------------------------------------------
+
+    def save(self, directory: str | Path) -> Path:
+        """Write this index to ``directory`` (see :func:`labsrc.persistence.save_bm25_index`)."""
+        from .persistence import save_bm25_index  # late import: persistence imports this module
+
+        return save_bm25_index(self, directory)
+
+    @classmethod
+    def load(cls, directory: str | Path, mmap: bool = True) -> BM25Index:
+        """An index saved with :meth:`save`; memory-mapped arrays by default, identical scores."""
+        from .persistence import load_bm25_index
+
+        return load_bm25_index(directory, mmap=mmap)
 
     # --- statistics ---------------------------------------------------------------
 
@@ -202,14 +253,24 @@ class BM25Index:
         Only the postings of the query's terms are read. A term repeated in the
         query counts once per occurrence (Robertson's qtf with k3 → ∞, as in Lucene).
         """
+        return self.score_terms(self.analyzer(query))
+
+    def score_terms(self, terms: Sequence[str]) -> np.ndarray:
+        """:meth:`score_all` for a query that is already analysed into ``terms``."""
+        if isinstance(terms, str):
+            raise InvalidArgument("score_terms takes a list of terms; use score_all for query text")
         scores = np.zeros(self.n_docs, dtype=np.float64)
-        for term, query_count in self.query_terms(query).items():
-            t = self.vocabulary.get(term)
+        ptr, vocabulary, postings, impact = self._ptr, self.vocabulary, self._postings, self.impact
+        for term, query_count in Counter(terms).items():
+            t = vocabulary.get(term)
             if t is None:
                 continue
-            lo, hi = self.ptr[t], self.ptr[t + 1]
-            docs = self.doc_pos[lo:hi]
-            scores[docs] += query_count * bm25_term_score(self.idf[t], self.tf[lo:hi], self.norm[docs], self.k1)
+            lo, hi = ptr[t], ptr[t + 1]
+            # A document occurs once per posting list, so fancy-index += is a safe scatter-add.
+            if query_count == 1:
+                scores[postings[lo:hi]] += impact[lo:hi]
+            else:
+                scores[postings[lo:hi]] += query_count * impact[lo:hi]
         return scores
 
     def search(self, query: str, top_k: int) -> list[tuple[str, float]]:
@@ -217,8 +278,19 @@ class BM25Index:
         top_k = check_top_k(top_k)
         if not query.strip() or self.n_docs == 0:
             return []
-        scores = self.score_all(query)
-        return [(self.ids[p], float(scores[p])) for p in top_k_positions(scores, top_k)]
+        return self._top(self.score_all(query), top_k)
+
+    def search_terms(self, terms: Sequence[str], top_k: int) -> list[tuple[str, float]]:
+        """:meth:`search` for a query that is already analysed into ``terms``."""
+        top_k = check_top_k(top_k)
+        if self.n_docs == 0:
+            return []
+        return self._top(self.score_terms(terms), top_k)
+
+    def _top(self, scores: np.ndarray, top_k: int) -> list[tuple[str, float]]:
+        positions = top_k_positions(scores, top_k)
+        ids = self.ids
+        return list(zip([ids[p] for p in positions.tolist()], scores[positions].tolist()))
 
     def explain(self, query: str, doc_id: str) -> list[TermExplanation]:
         """Each query term's idf, tf, length norm and contribution to ``doc_id``'s score.

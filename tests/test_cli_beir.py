@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from beir_fixture import write_tiny_beir
+
+from labsrc.beir import ENV_VAR
+from labsrc.cli import main
+from labsrc.cli_beir import ProgressBar, format_table
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    return write_tiny_beir(tmp_path)
+
+
+def test_beir_prints_a_table_and_writes_json_and_runs(tiny: Path, tmp_path: Path, capsys):
+    out, runs = tmp_path / "out" / "m.json", tmp_path / "runs"
+    code = main(["beir", "--data", str(tiny), "--depth", "5", "--json", str(out), "--run-dir", str(runs)])
+    assert code == 0
+    printed = capsys.readouterr()
+    assert "lane         ndcg@10  recall@100      mrr@10" in printed.out
+    assert "convex alpha = " in printed.out and "tuned on train" in printed.out
+    report = json.loads(out.read_text())
+    assert list(report) == ["bm25", "dense", "rrf", "convex", "config", "versions", "alpha_sweep"]
+    assert set(report["rrf"]) == {"ndcg@10", "recall@100", "mrr@10"}
+    assert report["config"]["depth"] == 5 and report["config"]["rrf_k"] == 60
+    assert report["versions"]["dense"] == "tiny-topic-vectors"
+    assert [alpha for alpha, _ in report["alpha_sweep"]["values"]][:3] == [0.0, 0.05, 0.1]
+    # The table rows are the JSON values at four decimals.
+    assert f"bm25    {report['bm25']['ndcg@10']:>12.4f}" in printed.out
+    assert sorted(p.name for p in runs.iterdir()) == ["bm25.trec", "convex.trec", "dense.trec", "rrf.trec"]
+    for line in (runs / "rrf.trec").read_text().splitlines():
+        qid, q0, doc, rank, score, tag = line.split()
+        assert q0 == "Q0" and tag == "labsrc-rrf" and int(rank) >= 1 and float(score) > 0
+    assert "bm25 (train)" in printed.err and "2/2" in printed.err
+
+
+def test_given_alpha_and_a_lane_subset(tiny: Path, tmp_path: Path, capsys):
+    out = tmp_path / "m.json"
+    assert main(["beir", "--data", str(tiny), "--lanes", "bm25,convex", "--alpha", "0.2", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [k for k in report if k not in ("config", "versions")] == ["bm25", "convex"]
+    assert report["config"]["alpha"] == 0.2 and report["config"]["alpha_source"] == "given"
+    assert "convex alpha = 0.20  (given)" in capsys.readouterr().out
+
+
+def test_no_train_split_uses_alpha_one_half(tmp_path: Path, capsys):
+    tiny = write_tiny_beir(tmp_path, splits=("test",))
+    assert main(["beir", "--data", str(tiny), "--lanes", "convex"]) == 0
+    assert "convex alpha = 0.50  (default (no train split to tune on))" in capsys.readouterr().out
+
+
+def test_ignore_identical_ids_changes_the_runs(tiny: Path, tmp_path: Path):
+    plain, ignoring = tmp_path / "plain", tmp_path / "ignoring"
+    assert main(["beir", "--data", str(tiny), "--lanes", "bm25", "--run-dir", str(plain)]) == 0
+    assert main(["beir", "--data", str(tiny), "--lanes", "bm25", "--ignore-identical-ids", "--run-dir", str(ignoring)]) == 0
+
+    def docs_for_q4(path: Path) -> list[str]:
+        return [line.split()[2] for line in (path / "bm25.trec").read_text().splitlines() if line.startswith("q4 ")]
+
+    assert "q4" in docs_for_q4(plain)
+    assert "q4" not in docs_for_q4(ignoring)
+
+
+def test_data_from_the_environment(tiny: Path, monkeypatch, capsys):
+    monkeypatch.setenv(ENV_VAR, str(tiny.parent))
+    assert main(["beir", "--dataset", "tiny", "--lanes", "bm25"]) == 0
+    assert "BEIR tiny / test: 2 queries" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--lanes", "bm25,splade"], "unknown lane(s) ['splade']"),
+        (["--alpha", "1.5"], "alpha must be a number in [0, 1]"),
+        (["--depth", "0"], "depth must be > 0"),
+        (["--rrf-k", "0"], "rrf_k must be a positive number"),
+        (["--split", "dev"], "no qrels split 'dev'"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message(tiny: Path, capsys, extra, message):
+    assert main(["beir", "--data", str(tiny), *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_data_exits_2_and_says_how_to_get_it(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    assert main(["beir"]) == 2
+    assert f"set {ENV_VAR}" in capsys.readouterr().err
+    assert main(["beir", "--data", str(tmp_path)]) == 2
+    assert "no BEIR collection" in capsys.readouterr().err
+
+
+def test_dense_lanes_need_vectors(tmp_path: Path, capsys):
+    tiny = write_tiny_beir(tmp_path, vectors=False)
+    assert main(["beir", "--data", str(tiny)]) == 2
+    assert "--lanes bm25" in capsys.readouterr().err
+    assert main(["beir", "--data", str(tiny), "--lanes", "bm25"]) == 0
+
+
+def test_progress_bar_draws_in_place_on_a_terminal():
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    bar = ProgressBar(stream, width=4)
+    bar("bm25", 2, 4)
+    bar("bm25", 4, 4)
+    assert stream.getvalue().startswith("\rbm25           [##..] 2/4")
+    assert stream.getvalue().endswith("\rbm25           [####] 4/4\n")
+
+
+def test_progress_bar_prints_one_line_per_stage_in_logs():
+    stream = io.StringIO()
+    bar = ProgressBar(stream, width=4)
+    for done in range(1, 4):
+        bar("dense", done, 3)
+    assert stream.getvalue() == "dense          [####] 3/3\n"
+
+
+def test_format_table_has_a_row_per_lane():
+    table = format_table({"bm25": {"ndcg@10": 0.5, "recall@100": 0.75, "mrr@10": 1 / 3}})
+    assert table.splitlines()[1] == "bm25          0.5000      0.7500      0.3333"
