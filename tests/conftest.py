@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 
 import labsrc
@@ -15,20 +13,3 @@ def data() -> labsrc.Lesson:
 @pytest.fixture(scope="session")
 def permitted(data: labsrc.Lesson) -> list[labsrc.PolicyChunk]:
     return labsrc.permitted_chunks(data.luna, data.chunks, data.eval_date)
-
-
-def make_chunk(chunk_id: str, text: str = "some policy text", **overrides: object) -> labsrc.PolicyChunk:
-    """A valid chunk with sensible defaults; override any field by keyword."""
-    fields: dict[str, object] = dict(
-        chunk_id=chunk_id,
-        document_id=f"doc-{chunk_id}",
-        parent_id=f"parent-{chunk_id}",
-        version=f"doc-{chunk_id}/2026-01-01",
-        region="EU",
-        acl_tag="support:eu",
-        effective_from=dt.date(2026, 1, 1),
-        effective_to=None,
-        text=text,
-    )
-    fields.update(overrides)
-    return labsrc.PolicyChunk(**fields)  # type: ignore[arg-type]

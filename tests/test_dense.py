@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import labsrc
-from conftest import make_chunk
+from factories import make_chunk
 from labsrc.dense import EncoderVectors, HashingEncoder, cosine_similarity
 
 PARAPHRASE = "swap a broken reconditioned notebook"

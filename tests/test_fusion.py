@@ -1,7 +1,7 @@
 import pytest
 
 import labsrc
-from conftest import make_chunk
+from factories import make_chunk
 from labsrc.fusion import fuse_ranked_ids, rrf_contribution
 
 A, B, C = make_chunk("a"), make_chunk("b"), make_chunk("c")

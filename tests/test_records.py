@@ -4,7 +4,7 @@ import datetime as dt
 import pytest
 
 import labsrc
-from conftest import make_chunk
+from factories import make_chunk
 
 
 def test_chunk_is_frozen():

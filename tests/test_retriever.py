@@ -3,7 +3,7 @@ import datetime as dt
 import pytest
 
 import labsrc
-from conftest import make_chunk
+from factories import make_chunk
 
 PARAPHRASE = "swap a broken reconditioned notebook"
 

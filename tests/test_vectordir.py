@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from beir_fixture import DOC_VECTORS, QUERIES, QUERY_VECTORS, unit_rows, write_vectors
-from conftest import make_chunk
+from factories import make_chunk
 
 from labsrc.dense import DenseSource, dense_rank
 from labsrc.errors import InvalidArgument, InvalidRecord
