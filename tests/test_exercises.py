@@ -1,0 +1,86 @@
+"""The exercise notebooks: each student version stops at its check with the helpful message, so
+instructors know the checks bite. (The solutions are validated by ``pytest --nbval``; the student
+versions are excluded from that by notebooks/exercises/conftest.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+EXERCISES = Path(__file__).resolve().parent.parent / "notebooks" / "exercises"
+STUDENT = sorted(p for p in EXERCISES.glob("*.ipynb") if not p.stem.endswith("-solution"))
+
+#: Student notebook → phrases its failing check must say, as the learner reads them.
+EXPECTED_FEEDBACK = {
+    "01-positive-cases": [
+        "step 1, positive cases",
+        "case 'vip-refund' expects merchant-vip-refurb, which caller luna-48291 cannot see on 2026-05-27 (restricted)",
+        "only 2 positive case(s); the assignment asks for at least 8: add 6 more",
+        "no paraphrase positive case",
+    ],
+    "02-adversarial-cases": ["no superseded case", "no wrong_region case", "no absent case"],
+    "03-real-encoder": [
+        "the dense lane still uses 'fixture-embeddings-v1', not a real bi-encoder",
+        "have no stored query vector",
+    ],
+    "04-compare-lanes": [
+        "no Recall@2 for ['bm25', 'dense']: report all three lanes",
+        "no latency for stage(s) ['authorize', 'bm25', 'dense', 'fusion']",
+    ],
+    "05-compact-traces": [
+        "trace for case 'us-exact-rtn30' contains chunk text (of ['us-restocking-fee'])",
+        "trace for case 'eu-paraphrase-rpl14' lacks ['sparse_ids', 'dense_ids', 'fused_ids', 'candidates', 'versions', 'timings_ms']",
+    ],
+    "06-reranker-candidates": [
+        "case 'eu-exact-clm7': candidates are not the fused list",
+        "ranks are [0, 1, 2, 3]; they must be 1, 2, ... in order (1-based)",
+        "every candidate needs its rrf_score",
+    ],
+}
+
+
+def _cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def _source(cell: dict) -> str:
+    source = cell["source"]
+    return "".join(source) if isinstance(source, list) else source
+
+
+def test_every_exercise_has_a_student_and_a_solution_version():
+    assert [p.stem for p in STUDENT] == sorted(EXPECTED_FEEDBACK)
+    for path in STUDENT:
+        solution = path.with_name(f"{path.stem}-solution.ipynb")
+        assert solution.is_file(), f"{path.name} has no solution notebook"
+        student_code = [_source(c) for c in _cells(path) if c["cell_type"] == "code"]
+        solution_code = [_source(c) for c in _cells(solution) if c["cell_type"] == "code"]
+        assert any("# TODO" in s for s in student_code), f"{path.name} has no TODO cell"
+        assert not any("# TODO" in s for s in solution_code), f"{solution.name} still has a TODO"
+        # The check cell is the same in both versions: the solution passes exactly what the student must.
+        checks = [s for s in student_code if "checks.check_" in s and ".require()" in s]
+        assert len(checks) == 1 and checks[0] in solution_code
+
+
+def test_student_versions_are_handed_out_without_outputs():
+    for path in STUDENT:
+        assert all(not c.get("outputs") for c in _cells(path) if c["cell_type"] == "code"), path.name
+
+
+@pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.stem)
+def test_student_version_fails_its_check_helpfully(path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(EXERCISES)}})
+    with pytest.raises(nbclient.exceptions.CellExecutionError) as info:
+        client.execute()
+    error = info.value
+    assert error.ename == "CheckFailed", f"{path.name} failed before its check: {error.ename}: {error.evalue}"
+    for phrase in EXPECTED_FEEDBACK[path.stem]:
+        assert phrase in error.evalue, f"{path.name}: the check did not say {phrase!r}; it said:\n{error.evalue}"
+    # It is the check cell that stopped, not an earlier one.
+    executed = [c for c in notebook.cells if c.cell_type == "code" and c.get("execution_count")]
+    assert "checks.check_" in executed[-1].source

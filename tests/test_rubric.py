@@ -1,0 +1,192 @@
+"""labsrc.rubric and ``labsrc rubric``: the shipped solution is Production-ready, the empty hand-in is not
+even Foundational, and each level in between is reachable and explained."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from labsrc import InvalidArgument
+from labsrc.cli import main
+from labsrc.rubric import LEVELS, find_submission, grade, parse_level
+
+ROOT = Path(__file__).resolve().parent.parent
+COURSEWORK = ROOT / "fixtures" / "coursework"
+POLICIES = ROOT / "fixtures" / "policies"
+
+
+def _cases(*names: str) -> str:
+    records = {json.loads(line)["name"]: line for line in (POLICIES / "cases.jsonl").read_text(encoding="utf-8").splitlines()}
+    return "".join(records[name] + "\n" for name in names)
+
+
+def _submission(tmp_path: Path, *names: str) -> Path:
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "cases.jsonl").write_text(_cases(*names), encoding="utf-8")
+    return sub
+
+
+def _evidence(result, level: str) -> dict[str, tuple[bool, str]]:
+    verdict = next(v for v in result.levels if v.level == level)
+    return {e.criterion: (e.met, e.detail) for e in verdict.evidence}
+
+
+# --- the shipped submissions --------------------------------------------------------------------
+
+
+def test_the_solution_is_production_ready():
+    result = grade(COURSEWORK / "solution")
+    assert result.level == "Production-ready", result.to_text()
+    assert all(v.met for v in result.levels)
+    assert result.reaches("strong") and result.reaches("Production-ready")
+
+
+def test_the_empty_student_submission_is_below_foundational():
+    result = grade(COURSEWORK / "student", measure=False)
+    assert result.level is None
+    assert not result.reaches("Foundational")
+    text = result.to_text()
+    assert "cases.jsonl holds no cases" in text
+    assert "no wrong_region case" in text
+    assert text.endswith("Highest level reached: below Foundational")
+
+
+def test_cli_exit_codes_follow_min_level(capsys):
+    assert main(["rubric", str(COURSEWORK / "solution"), "--min-level", "production-ready"]) == 0
+    assert "Highest level reached: Production-ready" in capsys.readouterr().out
+    assert main(["rubric", str(COURSEWORK / "student"), "--min-level", "Foundational", "--no-latency"]) == 1
+    out = capsys.readouterr().out
+    assert "Highest level reached: below Foundational" in out
+    assert "below the required level Foundational" in out
+    # Without --min-level the grade is only reported.
+    assert main(["rubric", str(COURSEWORK / "student"), "--no-latency"]) == 0
+
+
+def test_cli_json_output(capsys):
+    assert main(["rubric", str(COURSEWORK / "student"), "--json", "--no-latency"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["level"] is None
+    assert [level["level"] for level in data["levels"]] == list(LEVELS)
+
+
+def test_cli_bad_input_exits_2(tmp_path, capsys):
+    assert main(["rubric", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["rubric", str(COURSEWORK / "student"), "--min-level", "expert"]) == 2
+    assert "valid levels are ['Foundational', 'Applied', 'Strong', 'Production-ready']" in capsys.readouterr().err
+
+
+# --- each level, and the evidence against the next -------------------------------------------------
+
+
+def test_an_exact_code_ranked_first_is_foundational_and_the_term_signal_is_explained(tmp_path):
+    result = grade(_submission(tmp_path, "eu-exact-rpl14"), measure=False)
+    assert result.level == "Foundational"
+    met, detail = _evidence(result, "Foundational")["BM25 ranks the code's chunk first, through the shared code term"]
+    assert met
+    assert "eu-exact-rpl14: BM25 ranks eu-refurb-v2-rule first" in detail and "'rpl-14' (idf" in detail
+    assert _evidence(result, "Applied")["a paraphrase BM25 misses at k=2"] == (False, "no paraphrase case")
+
+
+def test_a_recovered_paraphrase_is_applied(tmp_path):
+    result = grade(_submission(tmp_path, "eu-exact-rpl14", "eu-paraphrase-rpl14"), measure=False)
+    assert result.level == "Applied"
+    assert _evidence(result, "Applied")["the dense lane recovers it"] == (True, "eu-paraphrase-rpl14 (dense rank 1)")
+    met, detail = _evidence(result, "Strong")["at least 8 permitted positives: exact codes, paraphrases, mixed"]
+    assert not met and "only 2 positive case(s)" in detail and "no mixed positive case" in detail
+
+
+def test_the_solution_without_vectors_is_strong_but_not_production_ready(tmp_path):
+    sub = tmp_path / "sub"
+    shutil.copytree(COURSEWORK / "solution", sub, ignore=shutil.ignore_patterns("vectors"))
+    result = grade(sub)
+    assert result.level == "Strong", result.to_text()
+    met, detail = _evidence(result, "Production-ready")["a versioned real encoder covering every case query"]
+    assert not met and "no vectors/ folder" in detail
+
+
+def test_a_case_expecting_a_hidden_chunk_is_named(tmp_path):
+    sub = _submission(tmp_path, "eu-exact-rpl14")
+    with (sub / "cases.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"name": "vip-refund", "query": "VIP-RPL-1", "caller": "luna-48291",
+                                 "kind": "positive", "expected": ["merchant-vip-refurb"]}) + "\n")
+    result = grade(sub, measure=False)
+    _, detail = _evidence(result, "Strong")["at least 8 permitted positives: exact codes, paraphrases, mixed"]
+    assert "case 'vip-refund' expects merchant-vip-refurb, which caller luna-48291 cannot see on 2026-05-27 (restricted)" in detail
+
+
+def test_a_malformed_case_file_is_evidence_not_a_crash(tmp_path):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "cases.jsonl").write_text(_cases("eu-exact-rpl14") + '{"name": "broken", "query": "x"\n', encoding="utf-8")
+    result = grade(sub, measure=False)
+    assert result.level is None
+    met, detail = _evidence(result, "Foundational")["a cases file with at least one case"]
+    assert not met and "line 2" in detail and "malformed JSON" in detail
+
+
+def test_a_trace_with_chunk_text_blocks_production_ready(tmp_path):
+    sub = tmp_path / "sub"
+    shutil.copytree(COURSEWORK / "solution", sub)
+    (sub / "report" / "failed_traces.jsonl").write_text(
+        json.dumps({"case": "eu-exact-rpl14", "text": "Rule RPL-14. Damaged refurbished laptops qualify for replacement "
+                    "within 14 days of delivery when damage is reported within 48 hours."}) + "\n",
+        encoding="utf-8",
+    )
+    result = grade(sub)
+    assert result.level == "Strong"
+    met, detail = _evidence(result, "Production-ready")[
+        "compact traces of failed cases hold no text and no restricted content"
+    ]
+    assert not met
+    assert "trace for case 'eu-exact-rpl14' contains chunk text (of ['eu-refurb-v2-rule'])" in detail
+    assert "that case passed; keep traces for failed cases only" in detail
+
+
+def test_stale_report_numbers_are_caught(tmp_path):
+    sub = tmp_path / "sub"
+    shutil.copytree(COURSEWORK / "solution", sub)
+    report = json.loads((sub / "report" / "report.json").read_text(encoding="utf-8"))
+    report["recall"]["lanes"]["dense"] = 1.0
+    (sub / "report" / "report.json").write_text(json.dumps(report), encoding="utf-8")
+    result = grade(sub, measure=False)
+    met, detail = _evidence(result, "Strong")["the submission reports Recall@k for bm25, dense and hybrid"]
+    assert not met and "lanes ['dense'] are missing or differ from the re-run" in detail
+
+
+# --- small parts ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["production-ready", "Production ready", "PRODUCTION_READY", "productionready"])
+def test_parse_level_ignores_case_and_separators(name):
+    assert parse_level(name) == "Production-ready"
+
+
+def test_parse_level_lists_the_valid_levels():
+    with pytest.raises(InvalidArgument, match="valid levels are"):
+        parse_level("expert")
+
+
+def test_find_submission_falls_back_to_the_course_files():
+    sub = find_submission(COURSEWORK / "student")
+    assert sub.callers == ROOT / "fixtures" / "policies" / "callers.json"
+    assert sub.vectors is None and sub.report is None
+    solution = find_submission(COURSEWORK / "solution")
+    assert solution.vectors == COURSEWORK / "solution" / "vectors" / "all-MiniLM-L6-v2"
+    assert solution.config == COURSEWORK / "solution" / "gate.json"
+
+
+def test_vectors_made_from_other_chunk_texts_block_production_ready(tmp_path):
+    sub = tmp_path / "sub"
+    shutil.copytree(COURSEWORK / "solution", sub)
+    edited = (POLICIES / "chunks.jsonl").read_text(encoding="utf-8").replace(
+        "qualify for replacement within 14 days", "qualify for replacement within 21 days"
+    )
+    (sub / "chunks.jsonl").write_text(edited, encoding="utf-8")
+    result = grade(sub, measure=False)
+    met, detail = _evidence(result, "Production-ready")["a versioned real encoder covering every case query"]
+    assert not met and "the vectors were made from other chunk texts" in detail
