@@ -39,7 +39,7 @@ import numpy as np
 from .analysis import Analyzer, english_analyzer
 from .errors import InvalidArgument, InvalidRecord, LabError
 from .fusion import DEFAULT_RRF_K, check_alpha, check_rrf_k, convex_fusion, fuse_ranked_ids
-from .loading import Field, iter_jsonl
+from .loading import Field, iter_jsonl, read_text
 from .metrics import evaluate_run
 from .ranking import check_top_k, top_k_positions
 from .records import Caller, PolicyChunk
@@ -258,12 +258,7 @@ def load_qrels(path: str | Path, *, query_ids: Iterable[str] | None = None) -> d
     """
     path = Path(path)
     known = None if query_ids is None else set(query_ids)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidRecord(f"cannot open: {exc.strerror}", path=path) from exc
-    except UnicodeDecodeError as exc:
-        raise InvalidRecord(f"not valid UTF-8: {exc.reason}", path=path) from exc
+    text = read_text(path)
     qrels: dict[str, dict[str, int]] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

@@ -35,7 +35,7 @@ from typing import Any
 from .budgets import RETRIEVAL_BUDGET_MS, STAGES
 from .errors import InvalidArgument, InvalidRecord, MissingDependency
 from .fusion import DEFAULT_RRF_K, check_rrf_k
-from .loading import parse_date
+from .loading import parse_date, read_text
 from .ranking import check_top_k
 
 __all__ = ["HYBRID_RULES", "LANES", "GateConfig", "load_gate_config"]
@@ -212,12 +212,7 @@ def load_gate_config(path: str | Path) -> GateConfig:
     suffix = path.suffix.lower()
     if suffix not in (".json", ".toml"):
         raise InvalidRecord(f"a gate config must be a .json or .toml file, not {suffix or 'no suffix'!r}", path=path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidRecord(f"cannot open: {exc.strerror}", path=path) from exc
-    except UnicodeDecodeError as exc:
-        raise InvalidRecord(f"not valid UTF-8: {exc.reason}", path=path) from exc
+    text = read_text(path)
     toml = suffix == ".toml"
     if toml:
         data = _parse_toml(text, path)

@@ -33,6 +33,7 @@ __all__ = [
     "check_vector",
     "cosine_similarity",
     "dense_rank",
+    "encode_checked",
 ]
 
 
@@ -81,6 +82,16 @@ def cosine_similarity(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
     out = np.zeros(matrix.shape[0], dtype=np.float64)
     np.divide(dots, denominator, out=out, where=denominator > 0)
     return out
+
+
+def encode_checked(encoder: Encoder, texts: list[str]) -> np.ndarray:
+    """``encoder.encode(texts)`` as float64, refusing a wrong shape or non-finite values."""
+    matrix = np.asarray(encoder.encode(texts), dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[0] != len(texts):
+        raise InvalidArgument(f"encoder returned shape {matrix.shape} for {len(texts)} texts; expected [N, D]")
+    if not np.all(np.isfinite(matrix)):
+        raise InvalidArgument("encoder returned NaN or infinite values")
+    return matrix
 
 
 class FixtureVectors:
@@ -173,12 +184,7 @@ class EncoderVectors:
         self.document_text = document_text
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        matrix = np.asarray(self.encoder.encode(texts), dtype=np.float64)
-        if matrix.ndim != 2 or matrix.shape[0] != len(texts):
-            raise InvalidArgument(f"encoder returned shape {matrix.shape} for {len(texts)} texts; expected [N, D]")
-        if not np.all(np.isfinite(matrix)):
-            raise InvalidArgument("encoder returned NaN or infinite values")
-        return matrix
+        return encode_checked(self.encoder, texts)
 
     def document_matrix(self, chunks: Sequence[PolicyChunk]) -> np.ndarray:
         return self._encode([self.document_text(c) for c in chunks])

@@ -42,7 +42,7 @@ import numpy as np
 
 from .analysis import Analyzer
 from .cache import LRUCache
-from .dense import Encoder, HashingEncoder, cosine_similarity
+from .dense import Encoder, HashingEncoder, cosine_similarity, encode_checked
 from .errors import InvalidArgument, InvalidRecord
 from .expansion import QueryExpander
 from .filters import check_filter, matches_filter
@@ -352,7 +352,7 @@ class HybridRetriever:
         embeddings: np.ndarray | None = None
         if len(missing) < len(vectors):
             # Some or all vectors are stored: encode only the chunks stored without one.
-            encoded = cls._encode_with(retriever_embedder, [records[i].index_text for i in missing]) if missing else None
+            encoded = encode_checked(retriever_embedder, [records[i].index_text for i in missing]) if missing else None
             filled = dict(zip(missing, encoded)) if encoded is not None else {}
             rows = [np.asarray(v, dtype=np.float64) if v is not None else filled[i] for i, v in enumerate(vectors)]
             shapes = sorted({r.shape for r in rows})
@@ -366,17 +366,8 @@ class HybridRetriever:
 
     # --- helpers ------------------------------------------------------------------------
 
-    @staticmethod
-    def _encode_with(embedder: Encoder, texts: list[str]) -> np.ndarray:
-        matrix = np.asarray(embedder.encode(texts), dtype=np.float64)
-        if matrix.ndim != 2 or matrix.shape[0] != len(texts):
-            raise InvalidArgument(f"embedder returned shape {matrix.shape} for {len(texts)} texts; expected [N, D]")
-        if not np.all(np.isfinite(matrix)):
-            raise InvalidArgument("embedder returned NaN or infinite values")
-        return matrix
-
     def _encode(self, texts: list[str]) -> np.ndarray:
-        return self._encode_with(self.embedder, texts)
+        return encode_checked(self.embedder, texts)
 
     def _build_index(self, positions: np.ndarray) -> BM25Index:
         pairs = [(self._chunks[p].chunk_id, self._chunks[p].index_text) for p in positions]

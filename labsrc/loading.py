@@ -27,6 +27,7 @@ __all__ = [
     "load_json",
     "load_vectors",
     "parse_date",
+    "read_text",
 ]
 
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -57,15 +58,21 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
             raise InvalidRecord(f"not valid UTF-8: {exc.reason}", path=path) from exc
 
 
-def load_json(path: str | Path) -> Any:
-    """Parse a whole JSON file, reporting the line of a syntax error."""
+def read_text(path: str | Path) -> str:
+    """A whole UTF-8 file; a missing file or bad encoding is an :class:`InvalidRecord` naming it."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidRecord(f"cannot open: {exc.strerror}", path=path) from exc
     except UnicodeDecodeError as exc:
         raise InvalidRecord(f"not valid UTF-8: {exc.reason}", path=path) from exc
+
+
+def load_json(path: str | Path) -> Any:
+    """Parse a whole JSON file, reporting the line of a syntax error."""
+    path = Path(path)
+    text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidArgument, InvalidRecord
-from .loading import load_json
+from .loading import load_json, read_text
 from .records import PolicyChunk
 
 __all__ = ["NORM_TOLERANCE", "VectorDirectory", "load_vector_dir", "read_id_list"]
@@ -172,12 +172,7 @@ class VectorDirectory:
 def read_id_list(path: str | Path) -> list[str]:
     """One id per line; blank lines, surrounding whitespace and repeats are errors naming the line."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidRecord(f"cannot open: {exc.strerror}", path=path) from exc
-    except UnicodeDecodeError as exc:
-        raise InvalidRecord(f"not valid UTF-8: {exc.reason}", path=path) from exc
+    text = read_text(path)
     ids: list[str] = []
     first_line: dict[str, int] = {}
     lines = text.split("\n")
