@@ -74,13 +74,17 @@ def check_vector(values: Any, *, name: str, dimension: int | None = None) -> np.
 def cosine_similarity(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
     """cos(d, q) = d · q / (‖d‖ ‖q‖) for every row d of ``matrix``; 0 where either is zero."""
     matrix = np.atleast_2d(np.asarray(matrix, dtype=np.float64))
+    return _cosine(matrix, np.linalg.norm(matrix, axis=1), vector)
+
+
+def _cosine(matrix: np.ndarray, row_norms: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    # cosine_similarity with the document norms given, so an index computes them once.
     vector = np.asarray(vector, dtype=np.float64)
     if matrix.shape[1] != vector.shape[0]:
         raise InvalidArgument(f"dimension mismatch: documents have {matrix.shape[1]}, query has {vector.shape[0]}")
-    denominator = np.linalg.norm(matrix, axis=1) * np.linalg.norm(vector)
-    dots = matrix @ vector
+    denominator = row_norms * np.linalg.norm(vector)
     out = np.zeros(matrix.shape[0], dtype=np.float64)
-    np.divide(dots, denominator, out=out, where=denominator > 0)
+    np.divide(matrix @ vector, denominator, out=out, where=denominator > 0)
     return out
 
 
@@ -264,11 +268,13 @@ class DenseIndex:
             raise InvalidArgument(f"dense source returned {matrix.shape[0]} rows for {len(self.chunks)} chunks")
         self.matrix = matrix
         self.matrix.setflags(write=False)
+        self.norms = np.linalg.norm(matrix, axis=1) if matrix.size else np.zeros(len(self.chunks))
 
     def scores(self, query_vector: np.ndarray) -> np.ndarray:
+        """Cosine of every row with ``query_vector`` (document norms precomputed)."""
         if self.matrix.shape[0] == 0:
             return np.zeros(0)
-        return cosine_similarity(self.matrix, query_vector)
+        return _cosine(self.matrix, self.norms, query_vector)
 
     def search(self, query: str, top_k: int) -> list[tuple[PolicyChunk, float]]:
         """``(chunk, cosine)`` pairs with score > 0, by (score desc, chunk_id asc), at most ``top_k``."""
