@@ -1,6 +1,6 @@
 """Collection hooks for the notebooks.
 
-Notebooks 08 and 09 run on BEIR SciFact (and 10 measures filter placement on it), which a fresh clone does not have
+Notebooks 08 and 09 run on BEIR SciFact (and 11 measures filter placement on it), which a fresh clone does not have
 (see the README, "Real benchmark"). Without it their cells are skipped with the
 reason, instead of failing on the first cell; with it they run under nbval
 like every other notebook.
@@ -16,7 +16,7 @@ from labsrc.beir import find_dataset_dir, missing_data_reason
 BEIR_NOTEBOOKS = {
     "08-tuning-fusion.ipynb": "scifact",
     "09-real-benchmark.ipynb": "scifact",
-    "10-production-patterns.ipynb": "scifact",
+    "11-filter-placement.ipynb": "scifact",
 }
 
 
