@@ -30,7 +30,7 @@ from .budgets import STAGES
 from .cases import NEGATIVE_KINDS, Case
 from .config import LANES
 from .errors import LabError
-from .gates import CaseOutcome, GateRun
+from .gates import CaseOutcome, GateRun, as_caller_map
 from .records import Caller, PolicyChunk
 
 __all__ = [
@@ -194,10 +194,6 @@ def hidden_ids_in(
     return sorted(c.chunk_id for c in chunks if c.chunk_id in present and block_reasons(caller, c, on_date))
 
 
-def _lookup_callers(callers: Mapping[str, Caller] | Sequence[Caller]) -> Mapping[str, Caller]:
-    return callers if isinstance(callers, Mapping) else {c.actor_id: c for c in callers}
-
-
 # --- step 1: positive cases ------------------------------------------------------------------
 
 
@@ -217,7 +213,7 @@ def check_positive_cases(
     """
     out = _Collector("step 1, positive cases")
     by_id = {c.chunk_id: c for c in chunks}
-    who = _lookup_callers(callers)
+    who = as_caller_map(callers)
     positives = [c for c in cases if c.kind == "positive"]
     out.check(
         len(positives) >= minimum,
@@ -294,7 +290,7 @@ def check_adversarial_cases(
     """
     out = _Collector("step 2, adversarial cases")
     by_id = {c.chunk_id: c for c in chunks}
-    who = _lookup_callers(callers)
+    who = as_caller_map(callers)
     adversarial = [c for c in cases if c.kind in ADVERSARIAL_KINDS]
     out.check(
         len(adversarial) >= minimum,
@@ -477,7 +473,7 @@ def check_failed_traces(
     """
     out = _Collector("step 5, compact traces")
     outcomes = _outcomes_by_name(run)
-    who, on_date = _lookup_callers(callers), run.on_date
+    who, on_date = as_caller_map(callers), run.on_date
     failed = [o.case.name for o in run.failed_outcomes]
     named = [t.get("case") for t in traces if isinstance(t, Mapping)]
     lacking = [name for name in failed if name not in named]
@@ -557,7 +553,7 @@ def check_candidates_artifact(
     """
     out = _Collector("step 6, reranker candidates")
     outcomes = _outcomes_by_name(run)
-    who, on_date = _lookup_callers(callers), run.on_date
+    who, on_date = as_caller_map(callers), run.on_date
     named = [r.get("case") for r in records if isinstance(r, Mapping)]
     lacking = [name for name in outcomes if name not in named]
     out.check(not lacking, f"a record for each of the {len(outcomes)} cases", f"no candidate record for case(s) {lacking}")

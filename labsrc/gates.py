@@ -149,7 +149,8 @@ class GateResult:
         }
 
 
-def _as_caller_map(callers: Mapping[str, Caller] | Sequence[Caller]) -> Mapping[str, Caller]:
+def as_caller_map(callers: Mapping[str, Caller] | Sequence[Caller]) -> Mapping[str, Caller]:
+    """Callers keyed by ``actor_id`` (a mapping is returned as it is)."""
     if isinstance(callers, Mapping):
         return callers
     return {c.actor_id: c for c in callers}
@@ -171,7 +172,7 @@ def run_cases(
     each lane could produce, not only the top k.
     """
     top_k = check_top_k(top_k)
-    callers = _as_caller_map(callers)
+    callers = as_caller_map(callers)
     depth = max(top_k, len(retriever.chunks))
     outcomes = []
     for done, case in enumerate(cases, start=1):
@@ -337,7 +338,7 @@ def release_gate(
     if not cases:
         raise InvalidArgument("no cases: a release gate with nothing to replay cannot pass")
     date = on_date or config.eval_date()
-    callers = _as_caller_map(callers)
+    callers = as_caller_map(callers)
     outcomes = run_cases(retriever, cases, callers, date, config.top_k, progress=progress)
     latency = None
     if measure:

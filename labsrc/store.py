@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .dense import check_vector
 from .errors import InvalidArgument, InvalidRecord
 from .filters import compile_filter_sql
 
@@ -78,14 +79,7 @@ def _metadata_json(metadata: Mapping[str, Any] | None) -> str:
 
 
 def _embedding_blob(embedding: Any) -> tuple[bytes, int]:
-    try:
-        vector = np.asarray(embedding, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"embedding is not numeric: {exc}") from exc
-    if vector.ndim != 1 or vector.size == 0:
-        raise InvalidArgument(f"embedding must be a non-empty 1-D vector, got shape {vector.shape}")
-    if not np.all(np.isfinite(vector)):
-        raise InvalidArgument("embedding contains NaN or infinite values")
+    vector = check_vector(embedding, name="embedding")
     as_float32 = vector.astype(EMBEDDING_DTYPE)
     if not np.all(np.isfinite(as_float32)):
         raise InvalidArgument("embedding overflows float32")
