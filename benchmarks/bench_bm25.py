@@ -45,10 +45,12 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from labsrc.beir import UNIVERSE_CALLER, UNIVERSE_DATE, load_lanes, resolve_dataset_dir  # noqa: E402
+from labsrc.datasets import UNIVERSE_CALLER, resolve_dataset_dir
+from labsrc.datasets.beir import UNIVERSE_DATE
+from labsrc.evaluation.benchmark import load_lanes  # noqa: E402
 from labsrc.errors import LabError, MissingDependency  # noqa: E402
-from labsrc.retriever import PolicyRetriever  # noqa: E402
-from labsrc.sparse import BM25Index  # noqa: E402
+from labsrc.retriever.policy import PolicyRetriever  # noqa: E402
+from labsrc.lanes.sparse import BM25Index  # noqa: E402
 
 TARGETS = {
     "qps_vs_bm25s": 1.5,

@@ -14,8 +14,8 @@ from enum import Enum
 
 import numpy as np
 
-from .errors import InvalidArgument
-from .records import Caller, PolicyChunk
+from labsrc.errors import InvalidArgument
+from labsrc.records.policy import Caller, PolicyChunk
 
 __all__ = [
     "BlockReason",

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from .errors import InvalidArgument
+from labsrc.errors import InvalidArgument
 
 __all__ = ["LRUCache"]
 

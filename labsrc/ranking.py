@@ -6,14 +6,11 @@ same as "break ties by position" and can be done with integer keys.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from .errors import InvalidArgument
-from .records import PolicyChunk
+from labsrc.errors import InvalidArgument
 
-__all__ = ["check_top_k", "chunk_lookup", "top_k_positions"]
+__all__ = ["check_top_k", "top_k_positions"]
 
 
 def check_top_k(top_k: object, name: str = "top_k") -> int:
@@ -39,13 +36,3 @@ def top_k_positions(scores: np.ndarray, top_k: int) -> np.ndarray:
         candidates = candidates[values >= kth_largest]
     order = np.lexsort((candidates, -scores[candidates]))
     return candidates[order][:top_k]
-
-
-def chunk_lookup(chunks: Sequence[PolicyChunk]) -> dict[str, PolicyChunk]:
-    """id → chunk, refusing duplicate ids (two chunks with one id cannot be told apart)."""
-    lookup: dict[str, PolicyChunk] = {}
-    for chunk in chunks:
-        if chunk.chunk_id in lookup:
-            raise InvalidArgument(f"duplicate chunk_id {chunk.chunk_id!r} in the searchable universe")
-        lookup[chunk.chunk_id] = chunk
-    return lookup

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from labsrc.beir import find_dataset_dir, missing_data_reason
+from labsrc.datasets import find_dataset_dir, missing_data_reason
 
 #: Notebook file name → the BEIR collection it needs.
 BEIR_NOTEBOOKS = {

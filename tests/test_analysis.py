@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import labsrc
-from labsrc.analysis import LESSON_STOPWORDS, Analyzer
+from labsrc.lanes.analysis import LESSON_STOPWORDS, Analyzer
 
 
 def lesson_reference_tokens(text: str) -> list[str]:

@@ -7,29 +7,29 @@ from pathlib import Path
 import pytest
 from beir_fixture import DOCS, QUERIES, write_tiny_beir
 
-from labsrc.analysis import english_analyzer
-from labsrc.beir import (
-    ALPHA_GRID,
-    DEFAULT_ALPHA,
+from labsrc.lanes.analysis import english_analyzer
+from labsrc.datasets import (
     ENV_VAR,
     UNIVERSE_CALLER,
-    BeirLanes,
     as_chunks,
-    convex_run,
     load_beir,
     load_corpus,
-    load_lanes,
     load_qrels,
     load_queries,
     resolve_dataset_dir,
-    rrf_run,
+)
+from labsrc.evaluation import BeirLanes, convex_run, rrf_run
+from labsrc.evaluation.benchmark import (
+    ALPHA_GRID,
+    DEFAULT_ALPHA,
+    load_lanes,
     run_benchmark,
     tune_alpha,
     write_trec_run,
 )
 from labsrc.boundary import permitted_chunks
 from labsrc.errors import InvalidArgument, InvalidRecord, LabError
-from labsrc.sparse import brute_force_bm25
+from labsrc.lanes.sparse import brute_force_bm25
 
 
 @pytest.fixture

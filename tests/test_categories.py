@@ -1,7 +1,7 @@
 import pytest
 
 import labsrc
-from labsrc.categories import category_values, search_by_category
+from labsrc.patterns.categories import category_values, search_by_category
 
 PROSE = [
     {"chunk_id": f"prose-{i}", "text": f"How to reset the user password in account settings, step {i}. User password user name.", "category": "prose"}

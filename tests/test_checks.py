@@ -1,4 +1,4 @@
-"""labsrc.checks: each coursework check passes good work and names exactly what is wrong otherwise."""
+"""labsrc.course.checks: each coursework check passes good work and names exactly what is wrong otherwise."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from labsrc import Case, EVAL_DATE, HashingEncoder, PolicyRetriever, load_callers, load_cases, load_chunks
-from labsrc.checks import (
+from labsrc.course.checks import (
     CheckFailed,
     CheckResult,
     check_adversarial_cases,
@@ -22,10 +22,10 @@ from labsrc.checks import (
     policy_codes,
     query_style,
 )
-from labsrc.config import GateConfig
-from labsrc.embed import embed_to_dir, load_embeddings
-from labsrc.gates import release_gate
-from labsrc.report import compact_trace
+from labsrc.evaluation.config import GateConfig
+from labsrc.lanes.embed import embed_to_dir, load_embeddings
+from labsrc.evaluation.gates import release_gate
+from labsrc.evaluation.report import compact_trace
 
 POLICIES = Path(__file__).resolve().parent.parent / "fixtures" / "policies"
 

@@ -3,7 +3,7 @@ import re
 import pytest
 
 import labsrc
-from labsrc.chunking import chunk_markdown, markdown_sections
+from labsrc.patterns.chunking import chunk_markdown, markdown_sections
 
 DOC = """Preface before any heading.
 

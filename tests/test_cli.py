@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labsrc.cli import main
-from labsrc.cli_report import ProgressBar
-from labsrc.fixtures import fixtures_dir
-from labsrc.report import REPORT_FILES
+from labsrc.cli.main import main
+from labsrc.cli.report import ProgressBar
+from labsrc.datasets.lesson import fixtures_dir
+from labsrc.evaluation.report import REPORT_FILES
 
 LESSON = fixtures_dir() / "lesson"
 FILES = ["--chunks", str(LESSON / "chunks.jsonl"), "--callers", str(LESSON / "callers.json")]

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from beir_fixture import write_tiny_beir
 
-from labsrc.beir import ENV_VAR
-from labsrc.cli import main
-from labsrc.cli_beir import ProgressBar, format_table
+from labsrc.datasets import ENV_VAR
+from labsrc.cli.main import main
+from labsrc.cli.beir import ProgressBar, format_table
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 import pytest
 
 import labsrc
-from labsrc.codetokens import code_tokens, split_identifier
+from labsrc.patterns.codetokens import code_tokens, split_identifier
 
 
 def test_camel_case_yields_its_words():

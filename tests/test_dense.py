@@ -5,7 +5,7 @@ import pytest
 
 import labsrc
 from factories import make_chunk
-from labsrc.dense import EncoderVectors, HashingEncoder, cosine_similarity
+from labsrc.lanes.dense import EncoderVectors, HashingEncoder, cosine_similarity
 
 PARAPHRASE = "swap a broken reconditioned notebook"
 SHARED = "damaged refurbished laptop replacement after delivery"

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import labsrc
-from labsrc.dropin import HybridRetriever, make_snippet, rrf, tokenize
+from labsrc.patterns.dropin import HybridRetriever, make_snippet, rrf, tokenize
+from labsrc.patterns.expansion import QueryExpander
 
 CHUNKS = [
     {"chunk_id": "b", "doc_id": "d1", "title": "Laptops", "text": "Damaged refurbished laptops qualify for replacement.", "tier": "std"},
@@ -18,7 +19,7 @@ class CountingEncoder:
     """A HashingEncoder that records every batch it encodes."""
 
     def __init__(self):
-        self.inner = labsrc.HashingEncoder(analyzer=labsrc.dropin.DROPIN_ANALYZER)
+        self.inner = labsrc.HashingEncoder(analyzer=labsrc.patterns.dropin.DROPIN_ANALYZER)
         self.calls = []
 
     def encode(self, texts):
@@ -146,7 +147,7 @@ def test_where_filter_narrows_universe_before_ranking():
     assert {h["chunk_id"] for h in hits} <= {"b", "c"}
     # BM25 statistics are those of the filtered universe: N = 2 chunks, not 3.
     indexed = [(c["chunk_id"], f"{c['title']}\n{c['text']}" if c.get("title") else c["text"]) for c in CHUNKS]
-    filtered = labsrc.BM25Index.build([pair for pair, c in zip(indexed, CHUNKS) if c["tier"] == "std"], analyzer=labsrc.dropin.DROPIN_ANALYZER)
+    filtered = labsrc.BM25Index.build([pair for pair, c in zip(indexed, CHUNKS) if c["tier"] == "std"], analyzer=labsrc.patterns.dropin.DROPIN_ANALYZER)
     universe = retriever._universe({"tier": "std"})  # the lane's index for this filter
     assert universe.index.n_docs == 2
     assert universe.index.search("damaged", 5) == filtered.search("damaged", 5)
@@ -157,7 +158,7 @@ def test_where_filter_narrows_universe_before_ranking():
 
 
 def test_expander_switches_to_adaptive_fusion():
-    retriever = HybridRetriever.from_chunks(CHUNKS, expander=labsrc.QueryExpander())
+    retriever = HybridRetriever.from_chunks(CHUNKS, expander=QueryExpander())
     plan = retriever.plan("my broken notebook")
     assert plan.fired == ("broken", "notebook")
     assert plan.bm25_query == "my broken notebook damaged defective laptop"

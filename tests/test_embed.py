@@ -1,4 +1,4 @@
-"""labsrc.embed and ``labsrc embed``: the vector directory format, without running the real model.
+"""labsrc.lanes.embed and ``labsrc embed``: the vector directory format, without running the real model.
 
 The writing path is exercised with the dependency-free HashingEncoder; the
 MiniLM model itself only runs where the ``embed`` extra is installed (never in CI).
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from labsrc import HashingEncoder, InvalidArgument, InvalidRecord, MissingDependency, load_chunks
-from labsrc.cli import main
-from labsrc.embed import (
+from labsrc.cli.main import main
+from labsrc.lanes.embed import (
     MODEL_NAME,
     REQUIRED_MODEL_FIELDS,
     document_text,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import labsrc
-from labsrc.encoders import EmbedderLoadError, SentenceTransformerEncoder
+from labsrc.lanes.encoders import EmbedderLoadError, SentenceTransformerEncoder
 
 
 def fake_library(monkeypatch, loader):

@@ -1,7 +1,7 @@
 import pytest
 
 import labsrc
-from labsrc.enrich import enrich_content
+from labsrc.patterns.enrich import enrich_content
 
 
 def test_spec_example():

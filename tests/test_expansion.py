@@ -3,7 +3,7 @@ import json
 import pytest
 
 import labsrc
-from labsrc.expansion import SUPPORT_POLICY_EXPANSIONS, QueryExpander
+from labsrc.patterns.expansion import SUPPORT_POLICY_EXPANSIONS, QueryExpander
 
 
 def test_expansion_that_fires():

@@ -4,7 +4,7 @@ import sqlite3
 import pytest
 
 import labsrc
-from labsrc.filters import FILTER_OPERATORS, compile_filter_sql, matches_filter
+from labsrc.patterns.filters import FILTER_OPERATORS, compile_filter_sql, matches_filter
 
 ROWS = [
     {"region": "EU", "days": 14, "tier": "std", "tags": ["refunds", "laptops"], "owner": {"team": "eu-support"}},

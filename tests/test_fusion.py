@@ -2,7 +2,7 @@ import pytest
 
 import labsrc
 from factories import make_chunk
-from labsrc.fusion import fuse_ranked_ids, rrf_contribution
+from labsrc.fusion.rrf import fuse_ranked_ids, rrf_contribution
 
 A, B, C = make_chunk("a"), make_chunk("b"), make_chunk("c")
 

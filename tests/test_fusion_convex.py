@@ -1,4 +1,4 @@
-"""Convex (min-max normalised) score fusion, added to labsrc.fusion for the BEIR track."""
+"""Convex (min-max normalised) score fusion, added to labsrc.fusion.rrf for the BEIR track."""
 
 from __future__ import annotations
 

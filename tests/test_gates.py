@@ -7,14 +7,22 @@ import datetime as dt
 import pytest
 
 import labsrc
-from labsrc.cases import Case
-from labsrc.config import GateConfig, load_gate_config
+from labsrc.records.cases import Case
+from labsrc.evaluation.config import GateConfig, load_gate_config
 from labsrc.errors import InvalidArgument
-from labsrc.fixtures import fixtures_dir
-from labsrc.gates import GATE_TABLE, LANES, CaseOutcome, evaluate_gates, lane_recall, release_gate, run_cases
-from labsrc.latency import LatencyReport
-from labsrc.records import Caller
-from labsrc.retriever import PolicyRetriever
+from labsrc.datasets.lesson import fixtures_dir
+from labsrc.evaluation import LANES
+from labsrc.evaluation.gates import (
+    GATE_TABLE,
+    CaseOutcome,
+    evaluate_gates,
+    lane_recall,
+    release_gate,
+    run_cases,
+)
+from labsrc.evaluation.latency import LatencyReport
+from labsrc.records.policy import Caller
+from labsrc.retriever.policy import PolicyRetriever
 from labsrc.trace import RetrievalTrace
 
 LESSON_CONFIG = load_gate_config(fixtures_dir() / "lesson" / "gate.json")

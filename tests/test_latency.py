@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 import labsrc
-from labsrc.budgets import RETRIEVAL_BUDGET_MS, STAGES
-from labsrc.cases import Case
+from labsrc.evaluation.budgets import RETRIEVAL_BUDGET_MS, STAGES
+from labsrc.records.cases import Case
 from labsrc.errors import InvalidArgument
-from labsrc.latency import LatencyReport, measure_latency, percentile_ms
-from labsrc.retriever import PolicyRetriever
+from labsrc.evaluation.latency import LatencyReport, measure_latency, percentile_ms
+from labsrc.retriever.policy import PolicyRetriever
 
 
 def test_percentile_interpolates_linearly() -> None:

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from labsrc.errors import InvalidArgument
-from labsrc.metrics import (
+from labsrc.evaluation.metrics import (
     evaluate_run,
     hit_at_k,
     ndcg_at_k,

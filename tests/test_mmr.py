@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from labsrc.errors import InvalidArgument
-from labsrc.mmr import maximal_marginal_relevance, mmr_score
+from labsrc.fusion.mmr import maximal_marginal_relevance, mmr_score
 
 VECTORS = {
     "a": np.array([1.0, 0.0]),

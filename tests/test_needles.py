@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import labsrc
-from labsrc.needles import (
+from labsrc.patterns.needles import (
     NEEDLE_THRESHOLD,
     load_needles,
     needle_accuracy,

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import labsrc
-from labsrc.analysis import Analyzer, english_analyzer
-from labsrc.sparse import BM25Index
-from labsrc.persistence import load_bm25_index, save_bm25_index
+from labsrc.lanes.analysis import Analyzer, english_analyzer
+from labsrc.lanes.sparse import BM25Index
+from labsrc.lanes.persistence import load_bm25_index, save_bm25_index
 
 DOCS = [
     ("eu-refurb-v2-rule", "Rule RPL-14. Damaged refurbished laptops qualify for replacement within 14 days of delivery."),
@@ -97,10 +97,3 @@ def test_loading_a_1000_document_index_is_fast(tmp_path):
     print(f"load 1000 docs: {elapsed * 1000:.1f} ms")
     assert elapsed < 2.0
     assert loaded.search("term5 term77", 5) == index.search("term5 term77", 5)
-
-
-def test_index_methods_round_trip(tmp_path):
-    index = BM25Index.build([("a", "refund for a lost parcel"), ("b", "unworn footwear return")])
-    index.save(tmp_path / "methods")
-    loaded = BM25Index.load(tmp_path / "methods")
-    assert loaded.search("parcel refund", 2) == index.search("parcel refund", 2)

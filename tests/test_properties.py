@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import labsrc
-from labsrc.dense import HashingEncoder
+from labsrc.lanes.dense import HashingEncoder
 
 REGIONS = ["EU", "US", "APAC"]
 TAGS = ["support:eu", "support:us", "merchant:vip-ops", "legal:internal"]
@@ -158,7 +158,7 @@ def test_b_invisible_chunks_change_nothing(data, use_encoder):
 HASHSEED_SCRIPT = r"""
 import datetime as dt, json, random
 import labsrc
-from labsrc.dense import HashingEncoder
+from labsrc.lanes.dense import HashingEncoder
 
 rng = random.Random(11)
 words = ["refund", "laptop", "rpl-14", "parcel", "days", "damaged", "café", "clm-7"]

@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 
 import labsrc
-from labsrc.config import GateConfig, load_gate_config
+from labsrc.evaluation.config import GateConfig, load_gate_config
 from labsrc.errors import InvalidArgument
-from labsrc.fixtures import fixtures_dir
-from labsrc.gates import release_gate
-from labsrc.records import Caller
-from labsrc.report import (
+from labsrc.datasets.lesson import fixtures_dir
+from labsrc.evaluation.gates import release_gate
+from labsrc.records.policy import Caller
+from labsrc.evaluation.report import (
     REPORT_FILES,
     REPORT_SCHEMA,
     REPORT_SCHEMA_VERSION,
@@ -27,7 +27,7 @@ from labsrc.report import (
     report_markdown,
     write_report,
 )
-from labsrc.retriever import PolicyRetriever
+from labsrc.retriever.policy import PolicyRetriever
 
 LESSON_CONFIG = load_gate_config(fixtures_dir() / "lesson" / "gate.json")
 FAST = GateConfig(**{**LESSON_CONFIG.to_dict(), "on_date": LESSON_CONFIG.on_date, "warmup": 1, "repetitions": 3})

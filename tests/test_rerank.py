@@ -1,7 +1,7 @@
 import pytest
 
 import labsrc
-from labsrc.rerank import Reranker, TermOverlapReranker, rerank_search
+from labsrc.patterns.rerank import Reranker, TermOverlapReranker, rerank_search
 
 CHUNKS = [{"chunk_id": f"c{i:02d}", "text": f"refund refund refund policy {i}"} for i in range(20)] + [
     {"chunk_id": "z-answer", "text": "refund for a damaged laptop within 14 days"}

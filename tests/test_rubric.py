@@ -1,4 +1,4 @@
-"""labsrc.rubric and ``labsrc rubric``: the shipped solution is Production-ready, the empty hand-in is not
+"""labsrc.course.rubric and ``labsrc rubric``: the shipped solution is Production-ready, the empty hand-in is not
 even Foundational, and each level in between is reachable and explained."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from labsrc import InvalidArgument
-from labsrc.cli import main
-from labsrc.rubric import LEVELS, find_submission, grade, parse_level
+from labsrc.cli.main import main
+from labsrc.course.rubric import LEVELS, find_submission, grade, parse_level
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSEWORK = ROOT / "fixtures" / "coursework"

@@ -1,7 +1,7 @@
 import pytest
 
 import labsrc
-from labsrc.snippets import best_snippet, min_max, min_max_normalize, with_display_scores
+from labsrc.patterns.snippets import Snippet, best_snippet, min_max, min_max_normalize, with_display_scores
 
 TEXT = (
     "Refurbished devices are inspected before resale. "
@@ -37,7 +37,7 @@ def test_no_match_falls_back_to_the_head():
     snippet = best_snippet(TEXT, "warranty", max_chars=50)
     assert snippet.score == 0.0
     assert TEXT.startswith(snippet.text) and len(snippet.text) <= 50
-    assert best_snippet("", "x") == labsrc.Snippet("", 0, 0, 0.0)
+    assert best_snippet("", "x") == Snippet("", 0, 0, 0.0)
 
 
 def test_min_max_normalisation():

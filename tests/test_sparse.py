@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import labsrc
 from factories import make_chunk
-from labsrc.sparse import BM25Index, bm25_term_score, brute_force_bm25, idf_lucene, length_norm
+from labsrc.lanes.sparse import BM25Index, bm25_term_score, brute_force_bm25, idf_lucene, length_norm
 
 SHARED = "damaged refurbished laptop replacement after delivery"
 PARAPHRASE = "swap a broken reconditioned notebook"

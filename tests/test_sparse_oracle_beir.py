@@ -12,19 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labsrc.analysis import english_analyzer
-from labsrc.beir import (
-    BeirLanes,
-    BenchmarkResult,
-    find_dataset_dir,
-    load_lanes,
-    missing_data_reason,
-    run_benchmark,
-    write_trec_run,
-)
+from labsrc.lanes.analysis import english_analyzer
+from labsrc.datasets import find_dataset_dir, missing_data_reason
+from labsrc.evaluation import BeirLanes
+from labsrc.evaluation.benchmark import BenchmarkResult, load_lanes, run_benchmark, write_trec_run
 from labsrc.errors import InvalidArgument
-from labsrc.metrics import evaluate_run
-from labsrc.sparse import BM25Index, bm25_term_score, brute_force_bm25
+from labsrc.evaluation.metrics import evaluate_run
+from labsrc.lanes.sparse import BM25Index, bm25_term_score, brute_force_bm25
 
 # --- the fast path against the readable reference (no data needed) -------------------------
 

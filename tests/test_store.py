@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import labsrc
-from labsrc.store import SQLiteStore
+from labsrc.patterns.store import SQLiteStore
 
 
 def fill(store):
@@ -83,7 +83,7 @@ def test_not_a_database_is_a_clear_error(tmp_path):
 
 def test_retriever_rebuilt_after_restart_without_reembedding(tmp_path):
     path = tmp_path / "lab.sqlite"
-    encoder = labsrc.HashingEncoder(dimension=64, analyzer=labsrc.dropin.DROPIN_ANALYZER)
+    encoder = labsrc.HashingEncoder(dimension=64, analyzer=labsrc.patterns.dropin.DROPIN_ANALYZER)
     chunks = [
         ("d1#chunk-0", "Damaged refurbished laptops qualify for replacement within 14 days."),
         ("d1#chunk-1", "Unworn footwear may be returned within 30 days."),
@@ -96,16 +96,16 @@ def test_retriever_rebuilt_after_restart_without_reembedding(tmp_path):
     # A fresh interpreter: nothing survives but the file.
     script = textwrap.dedent(
         f"""
-        import json, labsrc
+        import json, labsrc, labsrc.patterns
         class Spy:
             def __init__(self):
-                self.inner = labsrc.HashingEncoder(dimension=64, analyzer=labsrc.dropin.DROPIN_ANALYZER)
+                self.inner = labsrc.HashingEncoder(dimension=64, analyzer=labsrc.patterns.dropin.DROPIN_ANALYZER)
                 self.batches = []
             def encode(self, texts):
                 self.batches.append(len(texts))
                 return self.inner.encode(texts)
         spy = Spy()
-        with labsrc.SQLiteStore({str(path)!r}) as store:
+        with labsrc.patterns.SQLiteStore({str(path)!r}) as store:
             retriever = labsrc.HybridRetriever.from_store(store, embedder=spy)
         hits = retriever.search("carrier loss claim", k=2)
         print(json.dumps({{"ids": [h["chunk_id"] for h in hits], "embed": [h["embed_rank"] for h in hits], "batches": spy.batches}}))

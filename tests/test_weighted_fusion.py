@@ -1,7 +1,8 @@
 import pytest
 
 import labsrc
-from labsrc.weighted_fusion import adaptive_fusion_params, ensemble_retriever, weighted_rrf
+from labsrc.fusion.weighted import adaptive_fusion_params, weighted_rrf
+from labsrc.patterns import ensemble_retriever
 
 
 def test_one_chunk_first_in_both_lanes_at_k60_weights_1_scores_2_over_61():

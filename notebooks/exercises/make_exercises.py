@@ -25,9 +25,9 @@ import tempfile
 from pathlib import Path
 
 import labsrc
-from labsrc import checks
-from labsrc.embed import load_embeddings
-from labsrc.fixtures import fixtures_dir"""
+from labsrc.course import checks as checks
+from labsrc.lanes.embed import load_embeddings
+from labsrc.datasets.lesson import fixtures_dir"""
 
 LOAD = """# The course corpus: 51 support-policy chunks in three regions, six callers, thirty reference cases.
 COURSE = fixtures_dir() / "policies"
@@ -225,10 +225,10 @@ print(len(my_cases), "adversarial cases")""", X),
 print(result)"""),
     md("""## Attack the retriever
 
-`labsrc.gates.run_cases` replays each case and, for cases with forbidden ids, probes every lane as deep as the corpus.
+`labsrc.evaluation.gates.run_cases` replays each case and, for cases with forbidden ids, probes every lane as deep as the corpus.
 `leaked` must be empty. For the absent case, look at what the fused list still returns: a dense lane always finds
 *something* similar, so abstaining is the answer layer's job."""),
-    code("""from labsrc.gates import run_cases
+    code("""from labsrc.evaluation.gates import run_cases
 
 retriever = labsrc.PolicyRetriever(chunks, load_embeddings(COURSE / "vectors" / "all-MiniLM-L6-v2", chunks=chunks))
 for outcome in run_cases(retriever, my_cases, callers, EVAL_DATE, top_k=2):
@@ -344,13 +344,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 import labsrc
-from labsrc import checks
-from labsrc.config import load_gate_config
-from labsrc.embed import load_embeddings
-from labsrc.fixtures import fixtures_dir
-from labsrc.gates import release_gate
-from labsrc.plots import plot_latency, plot_recall
-from labsrc.report import latency_frame, recall_frame"""),
+from labsrc.course import checks as checks
+from labsrc.evaluation.config import load_gate_config
+from labsrc.lanes.embed import load_embeddings
+from labsrc.datasets.lesson import fixtures_dir
+from labsrc.evaluation.gates import release_gate
+from labsrc.evaluation.plots import plot_latency, plot_recall
+from labsrc.evaluation.report import latency_frame, recall_frame"""
     code(LOAD_RUN),
     md("""## One measured gate run
 
@@ -417,8 +417,8 @@ This is step 5 of the lesson's "Build it yourself": *save a compact trace for ea
 """ + HOW_TO_CHECK),
     md("## Setup"),
     code(IMPORTS + """
-from labsrc.config import GateConfig
-from labsrc.gates import release_gate"""),
+from labsrc.evaluation.config import GateConfig
+from labsrc.evaluation.gates import release_gate"""
     code(LOAD_RUN),
     md("""## A run with failures
 
@@ -493,8 +493,8 @@ This is step 6 of the lesson's "Build it yourself": *keep the fused top candidat
 """ + HOW_TO_CHECK),
     md("## Setup"),
     code(IMPORTS + """
-from labsrc.config import GateConfig
-from labsrc.gates import release_gate"""),
+from labsrc.evaluation.config import GateConfig
+from labsrc.evaluation.gates import release_gate"""
     code(LOAD_RUN),
     md("""## A deeper candidate list
 

@@ -1,0 +1,172 @@
+"""``labsrc beir``: run the lanes on a BEIR collection and report nDCG@10, Recall@100 and MRR@10.
+
+Example::
+
+    labsrc beir --data ~/data/beir/scifact --json out/scifact.json --run-dir out/runs
+
+prints one row per lane, writes the metrics (plus config and versions) as JSON
+and one TREC run file per lane (``<lane>.trec``), readable by trec_eval and ranx.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from labsrc.datasets.beir import resolve_dataset_dir
+from labsrc.evaluation.benchmark import (
+    BEIR_LANES,
+    REPORT_METRICS,
+    BenchmarkResult,
+    load_lanes,
+    run_benchmark,
+    write_trec_run,
+)
+from labsrc.errors import InvalidArgument
+
+__all__ = ["ProgressBar", "format_table", "register", "run"]
+
+
+class ProgressBar:
+    """A dependency-free progress bar on stderr: ``bm25 (train) [#####.....] 405/809``.
+
+    On a terminal it redraws one line in place; elsewhere (CI logs, pytest) it
+    prints one line per finished stage so logs stay readable.
+    """
+
+    def __init__(self, stream: TextIO | None = None, width: int = 30) -> None:
+        self.stream = sys.stderr if stream is None else stream
+        self.width = width
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last_draw = 0.0
+
+    def _line(self, stage: str, done: int, total: int) -> str:
+        filled = self.width if total <= 0 else int(self.width * done / total)
+        return f"{stage:<14} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}"
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        finished = done >= total
+        if self.live:
+            now = time.monotonic()
+            if finished or now - self._last_draw > 0.05:
+                self._last_draw = now
+                self.stream.write("\r" + self._line(stage, done, total) + ("\n" if finished else ""))
+                self.stream.flush()
+        elif finished:
+            self.stream.write(self._line(stage, done, total) + "\n")
+            self.stream.flush()
+
+
+def format_table(metrics: dict[str, dict[str, float]]) -> str:
+    """One row per lane, one column per metric, four decimals."""
+    header = f"{'lane':<8}" + "".join(f"{name:>12}" for name in REPORT_METRICS)
+    rows = [header]
+    for lane, values in metrics.items():
+        rows.append(f"{lane:<8}" + "".join(f"{values[name]:>12.4f}" for name in REPORT_METRICS))
+    return "\n".join(rows)
+
+
+def _number(text: str) -> int | float:
+    """An int when the text is integral (so ``--rrf-k 60`` reports as 60), else a float."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    return int(value) if value.is_integer() else value
+
+
+def _parse_lanes(text: str) -> list[str]:
+    lanes = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [lane for lane in lanes if lane not in BEIR_LANES]
+    if unknown or not lanes:
+        raise InvalidArgument(f"unknown lane(s) {unknown} in --lanes; valid lanes: {','.join(BEIR_LANES)}")
+    return lanes
+
+
+def run(args: argparse.Namespace) -> int:
+    lanes = _parse_lanes(args.lanes)
+    data_dir = resolve_dataset_dir(args.data, args.dataset)
+    progress = ProgressBar()
+    print(f"loading {data_dir} and building the BM25 index ...", file=sys.stderr)
+    source = load_lanes(data_dir, model=args.model)
+    if source.vectors is None and {"dense", "rrf", "convex"} & set(lanes):
+        raise InvalidArgument(f"{data_dir} has no vectors/<model>/ folder; run with --lanes bm25")
+    result: BenchmarkResult = run_benchmark(
+        source,
+        split=args.split,
+        lanes=lanes,
+        depth=args.depth,
+        rrf_k=args.rrf_k,
+        alpha=args.alpha,
+        ignore_identical_ids=args.ignore_identical_ids,
+        progress=progress,
+    )
+    config = result.config
+    print(f"BEIR {config['collection']} / {config['split']}: {config['queries']} queries, depth {config['depth']}")
+    if "convex" in config["lanes"]:
+        print(f"convex alpha = {config['alpha']:.2f}  ({config['alpha_source']})")
+    if "rrf" in config["lanes"]:
+        print(f"rrf_k = {config['rrf_k']}")
+    if source.dataset.missing_docs:
+        print(f"note: {len(source.dataset.missing_docs)} judged documents are not in the corpus")
+    print()
+    print(format_table({lane: dict(values) for lane, values in result.metrics.items()}))
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result.to_json(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        print(f"\nwrote {path}")
+    if args.run_dir:
+        run_dir = Path(args.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for lane, lane_run in result.runs.items():
+            write_trec_run(lane_run, run_dir / f"{lane}.trec", f"labsrc-{lane}")
+        print(f"wrote {len(result.runs)} TREC run files to {run_dir}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "beir",
+        help="evaluate the BM25, dense, RRF and convex lanes on a BEIR collection",
+        description=(
+            "Run the lanes on a BEIR collection (corpus.jsonl, queries.jsonl, qrels/<split>.tsv and "
+            "vectors/<model>/) and print nDCG@10, Recall@100 and MRR@10 per lane."
+        ),
+    )
+    parser.add_argument(
+        "--data",
+        metavar="DIR",
+        help="the collection folder, or a folder holding it (default: $LABSRC_BEIR_DIR)",
+    )
+    parser.add_argument("--dataset", default="scifact", help="collection name inside --data (default scifact)")
+    parser.add_argument("--model", default=None, help="the vectors/<model> folder (default: the only one)")
+    parser.add_argument("--split", default="test", help="qrels split to evaluate (default test)")
+    parser.add_argument(
+        "--lanes", default=",".join(BEIR_LANES), help=f"comma-separated lanes (default {','.join(BEIR_LANES)})"
+    )
+    parser.add_argument("--depth", type=int, default=100, help="results per query and lane (default 100)")
+    parser.add_argument(
+        "--rrf-k",
+        type=_number,
+        default=60,
+        help="RRF smoothing constant (default 60, per Cormack et al.; not a cut-off, that is --depth)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=None,
+        help="convex fusion's dense weight in [0, 1]; default: tuned on the train split (0.5 without one)",
+    )
+    parser.add_argument(
+        "--ignore-identical-ids",
+        action="store_true",
+        help="drop hits whose doc id equals the query id, as BEIR does (needed for ArguAna)",
+    )
+    parser.add_argument("--json", metavar="OUT", help="write metrics, config and versions as JSON")
+    parser.add_argument("--run-dir", metavar="DIR", help="write one TREC run file per lane")
+    parser.set_defaults(func=run)

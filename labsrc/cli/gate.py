@@ -1,0 +1,157 @@
+"""``labsrc gate``: the release gate on *your* corpus, callers and cases; fails CI when a gate fails.
+
+Exit status: 0 every gate passes, 1 a gate failed (each failing gate and case is
+printed), 2 bad input (the message names the file, line and field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from labsrc.records.cases import Case, load_cases
+from labsrc.cli.report import ProgressBar, add_run_options, apply_overrides, print_gate_table
+from labsrc.evaluation.config import GateConfig, load_gate_config
+from labsrc.lanes.dense import DenseSource, EncoderVectors, FixtureVectors, HashingEncoder
+from labsrc.boundary import permitted_chunks
+from labsrc.errors import InvalidRecord
+from labsrc.evaluation.gates import release_gate
+from labsrc.lanes.dense import load_vectors
+from labsrc.records.loading import load_callers, load_chunks, parse_date
+from labsrc.records.policy import Caller, PolicyChunk
+from labsrc.evaluation.report import write_report
+from labsrc.retriever.policy import PolicyRetriever
+
+__all__ = ["iso_date", "load_dense_source", "register", "run", "visible_chunks"]
+
+
+def iso_date(value: str) -> dt.date:
+    """argparse type for ``--date``: a strict ISO date."""
+    try:
+        return parse_date(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def load_dense_source(
+    path: str | Path | None, chunks: Sequence[PolicyChunk], cases: Sequence[Case] = ()
+) -> DenseSource:
+    """The dense lane's vectors for a command-line run.
+
+    * a ``.json`` file: fixture vectors (:func:`~labsrc.records.loading.load_vectors`), queries looked up by text;
+    * a directory: a ``vectors/<model>/`` folder (:func:`~labsrc.lanes.vectordir.load_vector_dir`);
+      a case whose ``name`` is a query id in ``query_ids.txt`` gets that query's vector;
+    * nothing: a deterministic :class:`~labsrc.lanes.dense.HashingEncoder` (word overlap, not meaning).
+
+    Every chunk in ``chunks`` (pass the chunks some caller can see: hidden ones
+    need no vector) must have a document vector; a missing one is an error naming the file.
+    """
+    if path is None:
+        return EncoderVectors(HashingEncoder())
+    path = Path(path)
+    if path.is_dir():
+        from labsrc.lanes.vectordir import VectorDirectory, load_vector_dir
+
+        loaded = load_vector_dir(path)
+        known = set(loaded.query_ids)
+        source = VectorDirectory(
+            loaded.doc_ids,
+            loaded.documents,
+            loaded.query_ids,
+            loaded.query_matrix(loaded.query_ids),
+            version=loaded.version,
+            model=loaded.model,
+            queries={case.name: case.query for case in cases if case.name in known},
+        )
+        have, where = set(loaded.doc_ids), path / "corpus_ids.txt"
+    else:
+        source = load_vectors(path)
+        have, where = set(source.documents), path
+    missing = sorted(c.chunk_id for c in chunks if c.chunk_id not in have)
+    if missing:
+        raise InvalidRecord(
+            f"no document vector for {len(missing)} chunk(s), e.g. {missing[:5]}", path=where, field="documents"
+        )
+    return source
+
+
+def visible_chunks(
+    chunks: Sequence[PolicyChunk], callers: Sequence[Caller], cases: Sequence[Case], on_date: dt.date
+) -> list[PolicyChunk]:
+    """Chunks that at least one case's caller may see on the case's date: the ones the dense lane will embed."""
+    by_id = {c.actor_id: c for c in callers}
+    seen: dict[str, PolicyChunk] = {}
+    for case in cases:
+        for chunk in permitted_chunks(by_id[case.caller], chunks, case.on_date or on_date):
+            seen.setdefault(chunk.chunk_id, chunk)
+    return list(seen.values())
+
+
+def _warn_missing_query_vectors(source: DenseSource, cases: Sequence[Case], path: str | Path | None) -> None:
+    if path is None:
+        return
+    # Only positive cases matter: a negative case whose dense lane is empty cannot leak through it.
+    positives = [c for c in cases if c.kind == "positive"]
+    if isinstance(source, FixtureVectors):
+        lacking = [c.name for c in positives if c.query not in source.queries]
+    else:
+        lookup = getattr(source, "query_id_for", None)
+        lacking = [c.name for c in positives if lookup is not None and lookup(c.query) is None]
+    if lacking:
+        print(
+            f"labsrc: warning: {len(lacking)} positive case(s) have no query vector in {path}, so their dense lane "
+            f"returns nothing: {', '.join(lacking[:8])}{' ...' if len(lacking) > 8 else ''}",
+            file=sys.stderr,
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    chunks = load_chunks(args.chunks)
+    callers = load_callers(args.callers)
+    cases = load_cases(
+        args.cases, chunk_ids={c.chunk_id for c in chunks}, caller_ids={c.actor_id for c in callers}
+    )
+    if not cases:
+        raise InvalidRecord("the case file holds no cases; a gate with nothing to replay cannot pass", path=args.cases)
+    config = load_gate_config(args.config) if args.config else GateConfig()
+    config = apply_overrides(config, args)
+    source = load_dense_source(args.vectors, visible_chunks(chunks, callers, cases, config.eval_date()), cases)
+    _warn_missing_query_vectors(source, cases, args.vectors)
+    retriever = PolicyRetriever(chunks, source, rrf_k=config.rrf_k)
+    progress = None if args.no_progress else ProgressBar()
+    result = release_gate(retriever, cases, callers, config, progress=progress)
+    print_gate_table(result)
+    if args.out:
+        write_report(result, args.out)
+        print(f"report written to {args.out}/")
+    return 0 if result.passed else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "gate",
+        help="run the release gate on your own chunks, callers and cases (exit 1 on failure)",
+        description=(
+            "Replay a case file through the permission-safe hybrid retriever and check every gate: "
+            "Recall@k per lane, hybrid vs each lane, restricted/superseded/wrong-region exclusion at "
+            "full depth, abstention, and p50/p95 stage latency. "
+            "Exit status: 0 all gates pass, 1 a gate failed (each failing gate and case is printed), "
+            "2 bad input (the file, line and field are named)."
+        ),
+    )
+    parser.add_argument("--chunks", required=True, metavar="FILE", help="policy chunks, JSONL (one chunk per line)")
+    parser.add_argument("--callers", required=True, metavar="FILE", help="callers, a JSON list of {actor_id, region, acl_tags}")
+    parser.add_argument("--cases", required=True, metavar="FILE", help="evaluation cases, JSONL (one case per line)")
+    parser.add_argument(
+        "--vectors",
+        metavar="FILE_OR_DIR",
+        help="dense vectors: a fixture JSON file or a vectors/<model>/ folder (default: a hashing encoder)",
+    )
+    parser.add_argument("--config", metavar="FILE", help="gate config, .json or .toml (default: built-in defaults)")
+    parser.add_argument("--out", metavar="DIR", help="also write the report files into DIR")
+    parser.add_argument("--date", type=iso_date, metavar="YYYY-MM-DD", help="evaluation date (default: config on_date, else today)")
+    add_run_options(parser)
+    parser.set_defaults(func=run)

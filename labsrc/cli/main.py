@@ -1,0 +1,47 @@
+"""The ``labsrc`` command line.
+
+Each subcommand lives in its own ``labsrc/cli/<name>.py`` module exposing
+``register(subparsers)``, which adds its parser and sets ``func`` (a function
+``(args) -> exit code``). This module only dispatches. Exit codes: 0 success,
+1 a gate failed, 2 bad input (a :class:`~labsrc.errors.LabError`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from labsrc.cli import beir as cli_beir
+from labsrc.cli import embed as cli_embed
+from labsrc.cli import gate as cli_gate
+from labsrc.cli import report as cli_report
+from labsrc.cli import rubric as cli_rubric
+from labsrc.cli import search as cli_search
+from labsrc.errors import LabError
+
+__all__ = ["build_parser", "main"]
+
+#: Subcommand modules, in the order ``--help`` lists them.
+COMMANDS = (cli_report, cli_gate, cli_search, cli_beir, cli_embed, cli_rubric)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="labsrc",
+        description="Permission-safe hybrid retrieval lab: evidence boundary, BM25 + dense lanes, RRF, release gates.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except LabError as exc:
+        print(f"labsrc: error: {exc}", file=sys.stderr)
+        return 2
+

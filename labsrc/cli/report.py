@@ -1,0 +1,146 @@
+"""``labsrc report``: run the lesson's release gate on the bundled fixtures and write the report.
+
+Also home of the pieces every gate-running command shares: the printed gate
+table and a tiny progress bar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from labsrc.evaluation.config import LANES, GateConfig, load_gate_config
+from labsrc.datasets.lesson import fixtures_dir, lesson
+from labsrc.evaluation.gates import GateRun, release_gate
+from labsrc.evaluation.report import write_report
+from labsrc.retriever.policy import PolicyRetriever
+
+__all__ = ["DEFAULT_OUT", "ProgressBar", "add_run_options", "apply_overrides", "print_gate_table", "register", "run"]
+
+#: Where ``labsrc report`` writes when ``--out`` is not given (relative to the working directory).
+DEFAULT_OUT = Path("report")
+
+
+class ProgressBar:
+    """A dependency-free progress bar on stderr: ``progress(phase, done, total)``.
+
+    It draws only when the stream is a terminal (so CI logs and pipes stay
+    clean) and redraws at most once per percent.
+    """
+
+    def __init__(self, stream: TextIO | None = None, *, enabled: bool | None = None, width: int = 28) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)()) if enabled is None else enabled
+        self.width = width
+        self._last: tuple[str, int] | None = None
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if not self.enabled or total <= 0:
+            return
+        percent = 100 * done // total
+        if self._last == (phase, percent) and done != total:
+            return
+        self._last = (phase, percent)
+        filled = self.width * done // total
+        bar = "#" * filled + "." * (self.width - filled)
+        end = "\n" if done >= total else ""
+        self.stream.write(f"\r{phase:<8} [{bar}] {done}/{total}{end}")
+        self.stream.flush()
+
+
+def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
+    """Recall@k per lane, then every gate as PASS/FAIL with its failing cases or stages."""
+    out = stream if stream is not None else sys.stdout
+    k = run.config.top_k
+    write = lambda text="": print(text, file=out)  # noqa: E731
+    write(f"Release gate  (eval date {run.on_date}, top_k {k}, rrf_k {run.config.to_dict()['rrf_k']}, "
+          f"dense {run.versions.get('dense')})")
+    write()
+    write(f"{'lane':<8} Recall@{k}")
+    for lane in LANES:
+        write(f"{lane:<8} {run.recall[lane]:.2f}")
+    write()
+    width = max(len(g.name) for g in run.gates)
+    for gate in run.gates:
+        status = "PASS" if gate.passed else "FAIL"
+        failing = gate.failing_cases or gate.failing_stages
+        note = f"  failing: {', '.join(failing)}" if failing and not gate.passed else ""
+        write(f"{status}  {gate.name:<{width}}  {gate.detail}{note}")
+    if run.latency is not None:
+        write()
+        p50, p95 = run.latency.p50_ms, run.latency.p95_ms
+        write(f"{'stage':<10} {'p50 ms':>9} {'p95 ms':>9} {'budget p50/p95':>15}")
+        for stage in run.latency.stages:
+            b50 = run.config.p50_budget_ms.get(stage)
+            b95 = run.config.p95_budget_ms.get(stage)
+            budget = f"{'-' if b50 is None else f'{b50:g}'}/{'-' if b95 is None else f'{b95:g}'}"
+            write(f"{stage:<10} {p50[stage]:>9.3f} {p95[stage]:>9.3f} {budget:>15}")
+    write()
+    if run.passed:
+        write("all gates pass")
+    else:
+        write("GATES FAILED")
+        for gate in run.failed_gates:
+            failing = gate.failing_cases or gate.failing_stages
+            label = "cases" if gate.failing_cases else "stages"
+            suffix = f": {label} {', '.join(failing)}" if failing else f": {gate.detail}"
+            write(f"  failed gate {gate.name!r}{suffix}")
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by ``report`` and ``gate``: overrides of the config and the progress bar."""
+    parser.add_argument("--top-k", type=int, metavar="N", help="override the config's top_k (results per lane and fused)")
+    parser.add_argument("--repetitions", type=int, metavar="N", help="override the config's timed repetitions")
+    parser.add_argument("--no-progress", action="store_true", help="never draw the progress bar on stderr")
+
+
+def apply_overrides(config: GateConfig, args: argparse.Namespace) -> GateConfig:
+    """A copy of ``config`` with the command-line overrides applied (validated again)."""
+    values = config.to_dict()
+    values["on_date"] = config.on_date
+    if getattr(args, "top_k", None) is not None:
+        values["top_k"] = args.top_k
+    if getattr(args, "repetitions", None) is not None:
+        values["repetitions"] = args.repetitions
+    if getattr(args, "date", None) is not None:
+        values["on_date"] = args.date
+    return GateConfig(**values)
+
+
+def lesson_config_path() -> Path:
+    return fixtures_dir() / "lesson" / "gate.json"
+
+
+def run(args: argparse.Namespace) -> int:
+    data = lesson()
+    config = load_gate_config(args.config) if args.config else load_gate_config(lesson_config_path())
+    config = apply_overrides(config, args)
+    retriever = PolicyRetriever(data.chunks, data.vectors, rrf_k=config.rrf_k)
+    progress = None if args.no_progress else ProgressBar()
+    result = release_gate(
+        retriever, data.cases, data.callers_by_id, config, on_date=config.on_date or data.eval_date, progress=progress
+    )
+    print_gate_table(result)
+    out = Path(args.out) if args.out else DEFAULT_OUT
+    write_report(result, out)
+    print(f"report written to {out}/")
+    return 0 if result.passed else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="run the lesson's release gate on the bundled fixtures and write the report",
+        description=(
+            "Replay the lesson's cases (fixtures/lesson) through the permission-safe hybrid retriever, "
+            "print Recall@k per lane and every gate, measure stage latency, and write report.json, "
+            "report.md, recall.png, latency.png, failed_traces.jsonl and candidates.jsonl. "
+            "Exit status: 0 all gates pass, 1 a gate failed, 2 bad input."
+        ),
+    )
+    parser.add_argument("--out", metavar="DIR", help=f"report folder (default: ./{DEFAULT_OUT})")
+    parser.add_argument("--config", metavar="FILE", help="gate config, .json or .toml (default: fixtures/lesson/gate.json)")
+    add_run_options(parser)
+    parser.set_defaults(func=run)

@@ -1,0 +1,61 @@
+"""Course: the self-checking exercises and the rubric grader.
+
+Takes a learner's cases, traces and artifacts; returns check results with
+hints, and a graded level with its evidence.
+"""
+
+from labsrc.course.checks import (
+    ADVERSARIAL_KINDS,
+    CheckFailed,
+    CheckResult,
+    QUERY_STYLES,
+    TRACE_VERSION_KEYS,
+    check_adversarial_cases,
+    check_candidates_artifact,
+    check_dense_source,
+    check_failed_traces,
+    check_lane_comparison,
+    check_positive_cases,
+    chunk_text_in,
+    hidden_ids_in,
+    policy_codes,
+    query_style,
+)
+from labsrc.course.rubric import (
+    Evidence,
+    Grade,
+    LEVELS,
+    LevelVerdict,
+    Submission,
+    find_submission,
+    grade,
+    grade_json,
+    parse_level,
+)
+
+__all__ = [
+    "ADVERSARIAL_KINDS",
+    "CheckFailed",
+    "CheckResult",
+    "Evidence",
+    "Grade",
+    "LEVELS",
+    "LevelVerdict",
+    "QUERY_STYLES",
+    "Submission",
+    "TRACE_VERSION_KEYS",
+    "check_adversarial_cases",
+    "check_candidates_artifact",
+    "check_dense_source",
+    "check_failed_traces",
+    "check_lane_comparison",
+    "check_positive_cases",
+    "chunk_text_in",
+    "find_submission",
+    "grade",
+    "grade_json",
+    "hidden_ids_in",
+    "parse_level",
+    "policy_codes",
+    "query_style",
+]

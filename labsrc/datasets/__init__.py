@@ -1,0 +1,54 @@
+"""Datasets: the offline data the lab ships or points to.
+
+Takes a folder; returns records. The lesson's policy fixtures live here.
+"""
+
+from labsrc.datasets.beir import (
+    BeirDataset,
+    BeirDocument,
+    DEFAULT_DATASET,
+    ENV_VAR,
+    Qrels,
+    Run,
+    UNIVERSE_CALLER,
+    as_chunks,
+    default_beir_root,
+    find_dataset_dir,
+    load_beir,
+    load_corpus,
+    load_qrels,
+    load_queries,
+    missing_data_reason,
+    resolve_dataset_dir,
+    universe_caller,
+)
+from labsrc.datasets.lesson import (
+    EVAL_DATE,
+    Lesson,
+    fixtures_dir,
+    lesson,
+)
+
+__all__ = [
+    "BeirDataset",
+    "BeirDocument",
+    "DEFAULT_DATASET",
+    "ENV_VAR",
+    "EVAL_DATE",
+    "Lesson",
+    "Qrels",
+    "Run",
+    "UNIVERSE_CALLER",
+    "as_chunks",
+    "default_beir_root",
+    "find_dataset_dir",
+    "fixtures_dir",
+    "lesson",
+    "load_beir",
+    "load_corpus",
+    "load_qrels",
+    "load_queries",
+    "missing_data_reason",
+    "resolve_dataset_dir",
+    "universe_caller",
+]

@@ -1,0 +1,81 @@
+"""The lesson's offline fixtures, loaded from ``fixtures/lesson/`` in the repository.
+
+``lesson()`` is the one place notebooks and tests get the lesson's records from.
+Set ``LABSRC_FIXTURES`` to point at another copy of the ``fixtures`` folder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from labsrc.records.cases import Case, load_cases
+from labsrc.lanes.dense import FixtureVectors
+from labsrc.errors import LabError
+from labsrc.lanes.dense import load_vectors
+from labsrc.records.loading import load_callers, load_chunks
+from labsrc.records.policy import Caller, PolicyChunk
+
+__all__ = ["EVAL_DATE", "Lesson", "fixtures_dir", "lesson"]
+
+#: The lesson's fixed evaluation date, so replays are stable.
+EVAL_DATE = dt.date(2026, 5, 27)
+
+
+def fixtures_dir() -> Path:
+    """The ``fixtures`` folder: ``$LABSRC_FIXTURES`` or the repository's own."""
+    override = os.environ.get("LABSRC_FIXTURES")
+    path = Path(override) if override else Path(__file__).resolve().parents[2] / "fixtures"
+    if not (path / "lesson").is_dir():
+        raise LabError(
+            f"lesson fixtures not found at {path / 'lesson'}; install the lab from its repository "
+            "with 'pip install -e .' or set LABSRC_FIXTURES to the repository's fixtures folder"
+        )
+    return path
+
+
+@dataclass(frozen=True)
+class Lesson:
+    chunks: tuple[PolicyChunk, ...]
+    callers: tuple[Caller, ...]
+    vectors: FixtureVectors
+    cases: tuple[Case, ...]
+    eval_date: dt.date
+
+    def caller(self, actor_id: str) -> Caller:
+        for caller in self.callers:
+            if caller.actor_id == actor_id:
+                return caller
+        raise LabError(f"no caller {actor_id!r}; callers are {[c.actor_id for c in self.callers]}")
+
+    @property
+    def luna(self) -> Caller:
+        return self.caller("luna-48291")
+
+    @property
+    def no_access(self) -> Caller:
+        return self.caller("visitor-9000")
+
+    @property
+    def callers_by_id(self) -> dict[str, Caller]:
+        return {c.actor_id: c for c in self.callers}
+
+
+@lru_cache(maxsize=4)
+def _load(path: Path) -> Lesson:
+    chunks = tuple(load_chunks(path / "chunks.jsonl"))
+    callers = tuple(load_callers(path / "callers.json"))
+    cases = load_cases(
+        path / "cases.jsonl",
+        chunk_ids={c.chunk_id for c in chunks},
+        caller_ids={c.actor_id for c in callers},
+    )
+    return Lesson(chunks, callers, load_vectors(path / "vectors.json"), tuple(cases), EVAL_DATE)
+
+
+def lesson() -> Lesson:
+    """The lesson's five chunks (spec order), two callers, 3-d vectors, cases and date."""
+    return _load(fixtures_dir() / "lesson")

@@ -1,0 +1,129 @@
+"""The one rule a case must obey against the boundary, used by the lesson, the course and ``labsrc gate``.
+
+A case is evidence only if it tests what its kind says:
+
+* a **positive** case's expected ids are all *visible* to its caller on its date
+  (a hidden expected chunk can never be retrieved: the case would fail for a
+  reason that is not the retriever's);
+* a **restricted**, **superseded** or **wrong_region** case's forbidden ids are
+  all *hidden* from its caller on its date, and at least one of them is hidden
+  for the case's own reason (a forbidden chunk the caller may see is not a leak
+  when it comes back: the case itself is wrong);
+* an **absent** case may forbid any stored chunk, permitted ones included: they
+  are the chunks that must not come back as evidence for a question nothing
+  answers;
+* every case names a known caller and stored chunks, and its query is not blank.
+
+:func:`case_problems` lists what is wrong with one case, each problem naming the
+case, the field and the value; an empty list means the case obeys the rule.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from labsrc.boundary import BlockReason, block_reasons
+from labsrc.records.cases import Case
+from labsrc.records.policy import Caller, PolicyChunk
+
+__all__ = ["OWN_REASONS", "CaseProblem", "case_problems", "cases_problems"]
+
+#: The block reasons that make a safety case test its own kind.
+OWN_REASONS: Mapping[str, frozenset[BlockReason]] = MappingProxyType(
+    {
+        "restricted": frozenset({BlockReason.RESTRICTED}),
+        "superseded": frozenset({BlockReason.SUPERSEDED, BlockReason.NOT_YET_EFFECTIVE}),
+        "wrong_region": frozenset({BlockReason.WRONG_REGION}),
+    }
+)
+
+
+@dataclass(frozen=True)
+class CaseProblem:
+    """One way a case breaks the rule: which case, which field, which value, and what to do."""
+
+    case: str
+    field: str
+    value: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"case {self.case!r}, field {self.field!r}, value {self.value!r}: {self.message}"
+
+
+def _reasons(reasons: Sequence[BlockReason]) -> str:
+    return ", ".join(r.value for r in reasons)
+
+
+def case_problems(
+    case: Case,
+    callers: Mapping[str, Caller],
+    chunks: Mapping[str, PolicyChunk],
+    on_date: dt.date,
+) -> list[CaseProblem]:
+    """Everything that keeps ``case`` from being valid evidence (see the module docs).
+
+    ``on_date`` is the run's date; a case's own ``on_date`` takes precedence.
+    """
+    problems: list[CaseProblem] = []
+
+    def problem(field: str, value: object, message: str) -> None:
+        problems.append(CaseProblem(case.name, field, str(value), message))
+
+    if not case.query.strip():
+        problem("query", case.query, "the query is blank; write the question the caller asks")
+    caller = callers.get(case.caller)
+    if caller is None:
+        problem("caller", case.caller, f"unknown caller; known callers: {sorted(callers)}")
+    for field in ("expected", "forbidden"):
+        for chunk_id in getattr(case, field):
+            if chunk_id not in chunks:
+                problem(field, chunk_id, "no stored chunk has this id; check the spelling against chunks.jsonl")
+    if caller is None or problems:
+        return problems
+    day = case.on_date or on_date
+    if case.kind == "positive":
+        for chunk_id in case.expected:
+            reasons = block_reasons(caller, chunks[chunk_id], day)
+            if reasons:
+                problem(
+                    "expected",
+                    chunk_id,
+                    f"caller {caller.actor_id!r} cannot see this chunk on {day} ({_reasons(reasons)}), so no "
+                    "retriever may return it; expect a chunk the caller can see, or make it a safety case",
+                )
+    elif case.kind in OWN_REASONS:
+        own = OWN_REASONS[case.kind]
+        any_own = False
+        for chunk_id in case.forbidden:
+            reasons = block_reasons(caller, chunks[chunk_id], day)
+            if not reasons:
+                problem(
+                    "forbidden",
+                    chunk_id,
+                    f"caller {caller.actor_id!r} may see this chunk on {day}, so returning it is not a leak; "
+                    "forbid only chunks the boundary hides from this caller",
+                )
+            any_own = any_own or bool(own & set(reasons))
+        if not any_own and not problems:
+            wanted = " or ".join(sorted(r.value for r in own))
+            problem(
+                "kind",
+                case.kind,
+                f"none of the forbidden chunks is hidden from {caller.actor_id!r} on {day} for being {wanted}; "
+                "pick the kind that matches why they are hidden",
+            )
+    return problems
+
+
+def cases_problems(
+    cases: Sequence[Case],
+    callers: Mapping[str, Caller],
+    chunks: Mapping[str, PolicyChunk],
+    on_date: dt.date,
+) -> list[CaseProblem]:
+    """:func:`case_problems` for every case, in case order."""
+    return [p for case in cases for p in case_problems(case, callers, chunks, on_date)]

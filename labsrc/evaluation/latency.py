@@ -1,0 +1,185 @@
+"""Measured latency: replay requests, keep the retriever's own stage timings, summarise.
+
+One request's timings are noisy (a garbage collection, another process on the
+core), so a latency gate looks at a *distribution*: replay the case set a few
+times untimed to warm caches and indexes, then ``repetitions`` times timed, and
+report the median (p50) and the 95th percentile (p95) of each stage. The
+timings are the ones :class:`~labsrc.trace.StageTimer` records inside
+:meth:`PolicyRetriever.search <labsrc.retriever.policy.PolicyRetriever.search>`, the
+same numbers a production trace would carry.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from labsrc.evaluation.budgets import STAGES, exceeded_retrieval_budgets
+from labsrc.records.cases import Case
+from labsrc.errors import InvalidArgument
+from labsrc.records.policy import Caller
+from labsrc.retriever.policy import PolicyRetriever
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["LatencyReport", "Progress", "measure_latency", "percentile_ms"]
+
+#: ``progress(phase, done, total)``: called after each request of a long run.
+Progress = Callable[[str, int, int], None]
+
+
+def percentile_ms(samples: Sequence[float], q: float) -> float:
+    """The q-th percentile with linear interpolation between order statistics.
+
+    For sorted samples x_1..x_n, h = (n - 1)·q/100 and
+    P_q = x_⌊h⌋ + (h − ⌊h⌋)·(x_⌊h⌋+1 − x_⌊h⌋) (0-based). This is Hyndman & Fan's
+    (1996) definition 7, numpy's and Excel's default.
+    """
+    if not 0 <= q <= 100:
+        raise InvalidArgument(f"q must be in [0, 100], got {q!r}")
+    if len(samples) == 0:
+        raise InvalidArgument("no samples: a percentile of nothing is undefined")
+    return float(np.percentile(np.asarray(samples, dtype=np.float64), q, method="linear"))
+
+
+@dataclass(frozen=True)
+class LatencyReport:
+    """Per-stage timing samples (ms) and their summary.
+
+    ``samples[stage]`` holds one value per timed request, in the order measured;
+    ``requests`` = ``repetitions`` × number of cases.
+    """
+
+    samples: Mapping[str, tuple[float, ...]]
+    warmup: int
+    repetitions: int
+    requests: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "samples", MappingProxyType({stage: tuple(values) for stage, values in self.samples.items()})
+        )
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """Measured stages in request order (unknown extra stages last, by name)."""
+        known = [s for s in STAGES if s in self.samples]
+        return tuple(known + sorted(set(self.samples) - set(STAGES)))
+
+    @property
+    def p50_ms(self) -> dict[str, float]:
+        return {stage: percentile_ms(self.samples[stage], 50) for stage in self.stages}
+
+    @property
+    def p95_ms(self) -> dict[str, float]:
+        return {stage: percentile_ms(self.samples[stage], 95) for stage in self.stages}
+
+    def exceeded(
+        self, p50_budget_ms: Mapping[str, float], p95_budget_ms: Mapping[str, float]
+    ) -> dict[str, list[str]]:
+        """Stages over budget (or unmeasured), per statistic: ``{"p50": [...], "p95": [...]}``."""
+        return {
+            "p50": exceeded_retrieval_budgets(self.p50_ms, p50_budget_ms),
+            "p95": exceeded_retrieval_budgets(self.p95_ms, p95_budget_ms),
+        }
+
+    def to_frame(
+        self,
+        p50_budget_ms: Mapping[str, float] | None = None,
+        p95_budget_ms: Mapping[str, float] | None = None,
+    ) -> pd.DataFrame:
+        """One row per stage: p50, p95, mean and max in ms, sample count and, given budgets, verdicts."""
+        import pandas as pd  # only reports need pandas; keep `import labsrc` light
+
+        p50, p95 = self.p50_ms, self.p95_ms
+        stages = list(self.stages)
+        for budgets in (p50_budget_ms or {}, p95_budget_ms or {}):
+            stages += [s for s in budgets if s not in stages]  # a budgeted but unmeasured stage still shows up
+        rows = []
+        for stage in stages:
+            values = self.samples.get(stage, ())
+            row: dict[str, object] = {
+                "stage": stage,
+                "p50_ms": p50.get(stage, float("nan")),
+                "p95_ms": p95.get(stage, float("nan")),
+                "mean_ms": float(np.mean(values)) if values else float("nan"),
+                "max_ms": float(np.max(values)) if values else float("nan"),
+                "samples": len(values),
+            }
+            if p50_budget_ms is not None or p95_budget_ms is not None:
+                b50 = (p50_budget_ms or {}).get(stage)
+                b95 = (p95_budget_ms or {}).get(stage)
+                row["p50_budget_ms"] = float("nan") if b50 is None else float(b50)
+                row["p95_budget_ms"] = float("nan") if b95 is None else float(b95)
+                over50 = b50 is not None and stage in exceeded_retrieval_budgets(p50, {stage: b50})
+                over95 = b95 is not None and stage in exceeded_retrieval_budgets(p95, {stage: b95})
+                row["within_budget"] = not (over50 or over95)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def to_dict(
+        self, p50_budget_ms: Mapping[str, float] | None = None, p95_budget_ms: Mapping[str, float] | None = None
+    ) -> dict[str, object]:
+        """JSON-ready summary (no raw samples): settings plus one entry per stage."""
+        frame = self.to_frame(p50_budget_ms, p95_budget_ms)
+        stages = {}
+        for record in frame.to_dict(orient="records"):
+            stage = record.pop("stage")
+            stages[stage] = {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in record.items()}
+        return {"warmup": self.warmup, "repetitions": self.repetitions, "requests": self.requests, "stages": stages}
+
+
+def measure_latency(
+    retriever: PolicyRetriever,
+    cases: Sequence[Case],
+    callers: Mapping[str, Caller],
+    on_date: dt.date,
+    top_k: int = 2,
+    *,
+    warmup: int = 3,
+    repetitions: int = 20,
+    progress: Progress | None = None,
+) -> LatencyReport:
+    """Replay ``cases`` ``warmup`` times untimed, then ``repetitions`` times timed.
+
+    Every timed request contributes one sample per stage, taken from the
+    request's own trace (``result.trace.timings_ms``). A case's ``on_date``
+    wins over ``on_date``, exactly as in :func:`labsrc.evaluation.gates.run_cases`.
+    """
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise InvalidArgument(f"warmup must be an int >= 0, not {warmup!r}")
+    if isinstance(repetitions, bool) or not isinstance(repetitions, int) or repetitions < 1:
+        raise InvalidArgument(f"repetitions must be an int >= 1, not {repetitions!r}")
+    if not cases:
+        raise InvalidArgument("no cases to time")
+    requests = []
+    for case in cases:
+        if case.caller not in callers:
+            raise InvalidArgument(f"case {case.name!r} names unknown caller {case.caller!r}")
+        requests.append((case.query, callers[case.caller], case.on_date or on_date, case.kind))
+
+    total = (warmup + repetitions) * len(requests)
+    done = 0
+    samples: dict[str, list[float]] = {}
+    for round_ in range(warmup + repetitions):
+        timed = round_ >= warmup
+        for query, caller, date, kind in requests:
+            result = retriever.search(query, caller, date, top_k, query_kind=kind)
+            if timed:
+                for stage, ms in result.trace.timings_ms.items():
+                    samples.setdefault(stage, []).append(float(ms))
+            done += 1
+            if progress is not None:
+                progress("timing" if timed else "warm-up", done, total)
+    return LatencyReport(
+        {stage: tuple(values) for stage, values in samples.items()},
+        warmup=warmup,
+        repetitions=repetitions,
+        requests=repetitions * len(requests),
+    )

@@ -1,0 +1,139 @@
+"""Charts for release reports and notebooks. Each function returns a matplotlib Figure.
+
+Figures are made with ``pyplot`` so that a notebook cell ending in
+``plt.show()`` renders them as images; scripts should pass them to
+:func:`save_figure`, which writes a PNG and closes the figure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from labsrc.errors import InvalidArgument
+
+__all__ = ["LANE_COLORS", "plot_latency", "plot_recall", "save_figure"]
+
+#: One colour per lane, the same in every chart.
+LANE_COLORS: Mapping[str, str] = {"bm25": "#4C72B0", "dense": "#DD8452", "hybrid": "#55A868"}
+_STAT_COLORS = {"p50": "#8172B3", "p95": "#C44E52"}
+
+
+def plot_recall(
+    per_case: pd.DataFrame,
+    k: int,
+    *,
+    thresholds: Mapping[str, float] | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Grouped bars: Recall@k of each lane (bars) per positive case and on average (groups).
+
+    ``per_case`` has one row per positive case (index = case name) and one
+    column per lane, as :func:`labsrc.evaluation.report.recall_frame` returns. The last
+    group is the mean over cases, which is what the recall gates compare;
+    ``thresholds`` draws each lane's gate as a black tick over its mean bar.
+    """
+    if not isinstance(per_case, pd.DataFrame):
+        raise InvalidArgument(f"per_case must be a pandas DataFrame, not {type(per_case).__name__}")
+    lanes = list(per_case.columns)
+    groups = [*map(str, per_case.index), "mean"]
+    values = np.vstack([per_case.to_numpy(dtype=float), per_case.mean(axis=0).to_numpy(dtype=float)]) if len(
+        per_case
+    ) else np.zeros((1, len(lanes)))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(groups) + 1.5), 3.6))
+    width = 0.8 / max(len(lanes), 1)
+    x = np.arange(len(groups))
+    for i, lane in enumerate(lanes):
+        offsets = x - 0.4 + width * (i + 0.5)
+        bars = ax.bar(offsets, values[:, i], width, label=lane, color=LANE_COLORS.get(lane), edgecolor="white")
+        mean_bar = bars[-1]
+        ax.annotate(
+            f"{values[-1, i]:.2f}",
+            (mean_bar.get_x() + mean_bar.get_width() / 2, mean_bar.get_height()),
+            ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points",
+        )
+        if thresholds and lane in thresholds:
+            left = offsets[-1] - width / 2
+            ax.hlines(thresholds[lane], left, left + width, colors="black", linestyles="-", linewidth=2)
+    if not len(per_case):
+        ax.text(0, 0.5, "no positive cases", ha="center")
+    ax.axvline(len(groups) - 1.5, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xticks(x, groups)
+    ax.set_ylim(0, 1.15)
+    ax.set_ylabel(f"Recall@{k}")
+    ax.set_title(title or f"Permitted Recall@{k} per lane")
+    ax.legend(loc="upper left", ncols=len(lanes), fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_latency(frame: pd.DataFrame, *, title: str | None = None) -> Figure:
+    """Bars of p50 and p95 per stage (log scale) with each stage's budget as a line.
+
+    ``frame`` has columns ``stage``, ``p50_ms``, ``p95_ms`` and optionally
+    ``p50_budget_ms`` / ``p95_budget_ms`` (as :func:`labsrc.evaluation.report.latency_frame`
+    returns). A log axis keeps sub-millisecond timings visible next to budgets
+    of tens of milliseconds.
+    """
+    if not isinstance(frame, pd.DataFrame):
+        raise InvalidArgument(f"frame must be a pandas DataFrame, not {type(frame).__name__}")
+    missing = sorted({"stage", "p50_ms", "p95_ms"} - set(frame.columns))
+    if missing:
+        raise InvalidArgument(f"latency frame lacks column(s) {missing}")
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    stages = [str(s) for s in frame["stage"]]
+    x = np.arange(len(stages))
+    width = 0.36
+    positive = []
+    for i, stat in enumerate(("p50", "p95")):
+        measured = frame[f"{stat}_ms"].to_numpy(dtype=float)
+        positive += [v for v in measured if math.isfinite(v) and v > 0]
+        ax.bar(x - width / 2 + i * width, np.nan_to_num(measured, nan=0.0), width, label=f"{stat} measured",
+               color=_STAT_COLORS[stat])
+    styles = {"p50": ":", "p95": "--"}
+    for stat in ("p50", "p95"):
+        column = f"{stat}_budget_ms"
+        if column not in frame.columns:
+            continue
+        budgets = frame[column].to_numpy(dtype=float)
+        same = "p50_budget_ms" in frame.columns and "p95_budget_ms" in frame.columns and np.allclose(
+            np.nan_to_num(frame["p50_budget_ms"].to_numpy(dtype=float)),
+            np.nan_to_num(frame["p95_budget_ms"].to_numpy(dtype=float)),
+        )
+        if stat == "p50" and same:
+            continue  # one line says it all when both budgets agree
+        label = "budget" if same else f"{stat} budget"
+        for i, budget in enumerate(budgets):
+            if math.isfinite(budget):
+                positive.append(budget)
+                ax.hlines(budget, x[i] - 0.45, x[i] + 0.45, colors="black", linestyles=styles[stat],
+                          linewidth=1.5, label=label if i == 0 else None)
+                ax.annotate(f"{budget:g} ms", (x[i], budget), ha="center", va="bottom", fontsize=8,
+                            xytext=(0, 2), textcoords="offset points")
+    if positive:
+        ax.set_yscale("log")
+        ax.set_ylim(min(positive) / 3, max(positive) * 30)  # headroom for the legend
+    else:
+        ax.text(0.5, 0.5, "latency not measured", ha="center", transform=ax.transAxes)
+    ax.set_xticks(x, stages)
+    ax.set_ylabel("milliseconds (log scale)" if positive else "milliseconds")
+    ax.set_title(title or "Stage latency: measured p50 / p95 vs budget")
+    ax.legend(loc="upper left", fontsize=8, frameon=False, ncols=3)
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig: Figure, path: str | Path, *, dpi: int = 110) -> Path:
+    """Write ``fig`` as PNG to ``path`` and close it (so scripts don't accumulate figures)."""
+    path = Path(path)
+    try:
+        fig.savefig(path, dpi=dpi, format="png")
+    finally:
+        plt.close(fig)
+    return path

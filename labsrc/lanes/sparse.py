@@ -1,0 +1,397 @@
+"""The sparse lane: BM25 over an inverted index with postings.
+
+Scoring follows Robertson & Zaragoza (2009), "The Probabilistic Relevance
+Framework: BM25 and Beyond", with Lucene's always-positive idf (Kamphuis et al.,
+ECIR 2020, "Which BM25 Do You Mean?"). The index stores, for every term, the
+documents containing it and the term frequency in each (the *postings*), so a
+query touches only the documents that share a term with it, never the whole
+corpus.
+
+N, n_t and avgdl are computed over the documents the index was built from. The
+lanes build one index per *permitted universe*, so a chunk the caller cannot see
+never shifts an idf or the average length (spec, "Statistics leak").
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from labsrc.lanes.analysis import Analyzer, lesson_analyzer
+from labsrc.cache import LRUCache
+from labsrc.errors import InvalidArgument
+from labsrc.ranking import check_top_k, top_k_positions
+from labsrc.records.policy import chunk_lookup
+from labsrc.records.policy import PolicyChunk
+
+__all__ = [
+    "BM25Index",
+    "TermExplanation",
+    "bm25_rank",
+    "bm25_term_score",
+    "brute_force_bm25",
+    "explain",
+    "idf_lucene",
+    "length_norm",
+    "sparse_index_for",
+]
+
+DEFAULT_K1 = 1.2
+DEFAULT_B = 0.75
+
+
+# --- the formulas -------------------------------------------------------------
+
+
+def idf_lucene(n_t: int | np.ndarray, n_docs: int) -> float | np.ndarray:
+    """idf(t) = ln(1 + (N − n_t + 0.5) / (n_t + 0.5)).
+
+    Lucene's variant of the Robertson–Spärck Jones weight; the ``1 +`` keeps it
+    positive even for a term in every document.
+    """
+    return np.log1p((n_docs - n_t + 0.5) / (n_t + 0.5))
+
+
+def length_norm(doc_len: float | np.ndarray, avgdl: float, b: float) -> float | np.ndarray:
+    """1 − b + b · |d| / avgdl: how much a document's length discounts its term counts."""
+    return 1.0 - b + b * doc_len / avgdl
+
+
+def bm25_term_score(
+    idf: float | np.ndarray, tf: float | np.ndarray, norm: float | np.ndarray, k1: float
+) -> float | np.ndarray:
+    """idf · f·(k1 + 1) / (f + k1 · norm)  (Robertson & Zaragoza 2009, eq. 3.15)."""
+    return idf * (tf * (k1 + 1.0)) / (tf + k1 * norm)
+
+
+def _check_params(k1: float, b: float) -> None:
+    if not (isinstance(k1, (int, float)) and math.isfinite(k1) and k1 >= 0):
+        raise InvalidArgument(f"k1 must be a finite number >= 0, not {k1!r}")
+    if not (isinstance(b, (int, float)) and 0 <= b <= 1):
+        raise InvalidArgument(f"b must be a number in [0, 1], not {b!r}")
+
+
+# --- explanation record -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TermExplanation:
+    """One query term's share of a document's BM25 score (for notebooks and debugging)."""
+
+    term: str
+    query_count: int  # how often the term occurs in the query
+    idf: float
+    tf: int
+    doc_len: int
+    avgdl: float
+    length_norm: float
+    contribution: float  # query_count · bm25_term_score(...); 0 when tf == 0
+
+
+# --- the inverted index -------------------------------------------------------------
+
+
+class BM25Index:
+    """An immutable BM25 index over ``(id, text)`` pairs.
+
+    Layout (compressed sparse rows, one row per term): the postings of term ``t``
+    are ``doc_pos[ptr[t]:ptr[t+1]]`` with counts ``tf[ptr[t]:ptr[t+1]]``. Documents
+    are stored sorted by id, so a document's position doubles as its tie-break key.
+
+    Each posting also carries its precomputed *impact*, the term's whole BM25
+    contribution to that document, ``bm25_term_score(idf[t], tf, norm[d], k1)``.
+    Nothing in it depends on the query, so a query only adds impacts: one NumPy
+    scatter-add per query term, then a partial sort for the top k. The arithmetic
+    is the same expression the readable reference evaluates, so the scores match
+    :func:`brute_force_bm25` (the tests check it).
+    """
+
+    def __init__(
+        self,
+        ids: Sequence[str],
+        doc_len: np.ndarray,
+        vocabulary: dict[str, int],
+        ptr: np.ndarray,
+        doc_pos: np.ndarray,
+        tf: np.ndarray,
+        *,
+        analyzer: Callable[[str], list[str]],
+        k1: float,
+        b: float,
+    ) -> None:
+        _check_params(k1, b)
+        self.ids: tuple[str, ...] = tuple(ids)
+        self.doc_len = doc_len
+        self.vocabulary = vocabulary
+        self.ptr = ptr
+        self.doc_pos = doc_pos
+        self.tf = tf
+        self.analyzer = analyzer
+        self.k1 = float(k1)
+        self.b = float(b)
+        self.n_docs = len(self.ids)
+        self.avgdl = float(doc_len.mean()) if self.n_docs else 0.0
+        self._position = {doc_id: i for i, doc_id in enumerate(self.ids)}
+        df = np.diff(ptr)
+        self.idf = idf_lucene(df, self.n_docs) if self.n_docs else np.zeros(0)
+        # The length norm depends only on the document; compute it once per index.
+        self.norm = length_norm(doc_len, self.avgdl, self.b) if self.avgdl > 0 else np.ones(self.n_docs)
+        # Query-independent impacts, one per posting: idf(t) · saturated tf (see the class docstring).
+        self.impact = np.asarray(
+            bm25_term_score(np.repeat(self.idf, df), tf, self.norm[doc_pos], self.k1), dtype=np.float64
+        )
+        self.impact.setflags(write=False)
+        # Plain-Python copies for the per-query hot path: indexing a list is cheaper than a NumPy scalar.
+        self._ptr = [int(x) for x in ptr]
+        self._postings = np.asarray(doc_pos, dtype=np.intp)
+
+    # --- building ---------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        pairs: Iterable[tuple[str, str]],
+        *,
+        analyzer: Callable[[str], list[str]] = lesson_analyzer,
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
+    ) -> BM25Index:
+        """Index ``(id, text)`` pairs. Ids must be unique."""
+        _check_params(k1, b)
+        return cls.build_from_terms(
+            ((doc_id, analyzer(text)) for doc_id, text in pairs), analyzer=analyzer, k1=k1, b=b
+        )
+
+    @classmethod
+    def build_from_terms(
+        cls,
+        pairs: Iterable[tuple[str, Sequence[str]]],
+        *,
+        analyzer: Callable[[str], list[str]] = lesson_analyzer,
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
+    ) -> BM25Index:
+        """Index ``(id, terms)`` pairs whose text is already analysed. Ids must be unique.
+
+        ``analyzer`` must be the one that produced the terms: :meth:`search` uses
+        it on query text. Benchmarks and oracles use this to give every library
+        the very same token lists.
+        """
+        _check_params(k1, b)
+        docs = sorted(((doc_id, terms) for doc_id, terms in pairs), key=lambda pair: pair[0])
+        for (left, _), (right, _) in zip(docs, docs[1:]):
+            if left == right:
+                raise InvalidArgument(f"duplicate document id {left!r} in BM25Index.build")
+        vocabulary: dict[str, int] = {}
+        flat: list[int] = []
+        doc_len = np.zeros(len(docs), dtype=np.float64)
+        for pos, (doc_id, terms) in enumerate(docs):
+            if isinstance(terms, str):
+                raise InvalidArgument(f"terms of {doc_id!r} must be a list of strings, not one string")
+            # Term ids in order of first occurrence (corpus order, then document order).
+            flat.extend([vocabulary.setdefault(term, len(vocabulary)) for term in terms])
+            doc_len[pos] = len(terms)
+        n_docs = max(len(docs), 1)
+        term_arr = np.asarray(flat, dtype=np.int64)
+        doc_arr = np.repeat(np.arange(len(docs), dtype=np.int64), doc_len.astype(np.int64))
+        # One key per (term, document) occurrence; unique() sorts them by term, then
+        # document, and counts repeats, which are exactly the term frequencies.
+        keys, counts = np.unique(term_arr * n_docs + doc_arr, return_counts=True)
+        ptr = np.zeros(len(vocabulary) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(keys // n_docs, minlength=len(vocabulary)), out=ptr[1:])
+        return cls(
+            [doc_id for doc_id, _ in docs],
+            doc_len,
+            vocabulary,
+            ptr,
+            keys % n_docs,
+            counts.astype(np.float64),
+            analyzer=analyzer,
+            k1=k1,
+            b=b,
+        )
+
+    # --- statistics ---------------------------------------------------------------
+
+    def df(self, term: str) -> int:
+        """n_t: the number of indexed documents containing ``term``."""
+        t = self.vocabulary.get(term)
+        return 0 if t is None else int(self.ptr[t + 1] - self.ptr[t])
+
+    def term_idf(self, term: str) -> float:
+        """idf of ``term`` in this index (the formula applies to unseen terms too: n_t = 0)."""
+        return float(idf_lucene(self.df(term), self.n_docs))
+
+    # --- scoring ---------------------------------------------------------------
+
+    def query_terms(self, query: str) -> Counter[str]:
+        """The analysed query as term → count, in first-occurrence order."""
+        return Counter(self.analyzer(query))
+
+    def score_all(self, query: str) -> np.ndarray:
+        """BM25 score of every indexed document (by position); 0 where no term matches.
+
+        Only the postings of the query's terms are read. A term repeated in the
+        query counts once per occurrence (Robertson's qtf with k3 → ∞, as in Lucene).
+        """
+        return self.score_terms(self.analyzer(query))
+
+    def score_terms(self, terms: Sequence[str]) -> np.ndarray:
+        """:meth:`score_all` for a query that is already analysed into ``terms``."""
+        if isinstance(terms, str):
+            raise InvalidArgument("score_terms takes a list of terms; use score_all for query text")
+        scores = np.zeros(self.n_docs, dtype=np.float64)
+        ptr, vocabulary, postings, impact = self._ptr, self.vocabulary, self._postings, self.impact
+        for term, query_count in Counter(terms).items():
+            t = vocabulary.get(term)
+            if t is None:
+                continue
+            lo, hi = ptr[t], ptr[t + 1]
+            # A document occurs once per posting list, so fancy-index += is a safe scatter-add.
+            if query_count == 1:
+                scores[postings[lo:hi]] += impact[lo:hi]
+            else:
+                scores[postings[lo:hi]] += query_count * impact[lo:hi]
+        return scores
+
+    def search(self, query: str, top_k: int) -> list[tuple[str, float]]:
+        """The ``top_k`` ``(id, score)`` pairs with score > 0, by (score desc, id asc)."""
+        top_k = check_top_k(top_k)
+        if not query.strip() or self.n_docs == 0:
+            return []
+        return self._top(self.score_all(query), top_k)
+
+    def search_terms(self, terms: Sequence[str], top_k: int) -> list[tuple[str, float]]:
+        """:meth:`search` for a query that is already analysed into ``terms``."""
+        top_k = check_top_k(top_k)
+        if self.n_docs == 0:
+            return []
+        return self._top(self.score_terms(terms), top_k)
+
+    def _top(self, scores: np.ndarray, top_k: int) -> list[tuple[str, float]]:
+        positions = top_k_positions(scores, top_k)
+        ids = self.ids
+        return list(zip([ids[p] for p in positions.tolist()], scores[positions].tolist()))
+
+    def explain(self, query: str, doc_id: str) -> list[TermExplanation]:
+        """Each query term's idf, tf, length norm and contribution to ``doc_id``'s score.
+
+        The contributions add up to the document's score.
+        """
+        pos = self._position.get(doc_id)
+        if pos is None:
+            raise InvalidArgument(f"{doc_id!r} is not in this index (is it outside the caller's universe?)")
+        rows = []
+        for term, query_count in self.query_terms(query).items():
+            t = self.vocabulary.get(term)
+            tf = 0
+            if t is not None:
+                lo, hi = self.ptr[t], self.ptr[t + 1]
+                hit = np.searchsorted(self.doc_pos[lo:hi], pos)
+                if hit < hi - lo and self.doc_pos[lo + hit] == pos:
+                    tf = int(self.tf[lo + hit])
+            idf = self.term_idf(term)
+            norm = float(self.norm[pos])
+            contribution = query_count * float(bm25_term_score(idf, tf, norm, self.k1)) if tf else 0.0
+            rows.append(
+                TermExplanation(term, query_count, idf, tf, int(self.doc_len[pos]), self.avgdl, norm, contribution)
+            )
+        return rows
+
+
+# --- the readable reference -----------------------------------------------------------
+
+
+def brute_force_bm25(
+    query: str,
+    documents: Sequence[tuple[str, str]],
+    *,
+    analyzer: Callable[[str], list[str]] = lesson_analyzer,
+    k1: float = DEFAULT_K1,
+    b: float = DEFAULT_B,
+) -> dict[str, float]:
+    """BM25 written the slow, obvious way: rescan every document for every term.
+
+    O(N · |q| · |d|) -- fine for the lesson's five chunks, a reference for testing
+    :class:`BM25Index`, and the reason the index exists.
+    """
+    analysed = {doc_id: analyzer(text) for doc_id, text in documents}
+    n_docs = len(analysed)
+    if n_docs == 0:
+        return {}
+    avgdl = sum(len(terms) for terms in analysed.values()) / n_docs
+    scores = {}
+    for doc_id, terms in analysed.items():
+        score = 0.0
+        for term in analyzer(query):
+            n_t = sum(term in other for other in analysed.values())
+            f = terms.count(term)
+            if f:
+                score += bm25_term_score(idf_lucene(n_t, n_docs), f, length_norm(len(terms), avgdl, b), k1)
+        scores[doc_id] = float(score)
+    return scores
+
+
+# --- the lane over policy chunks -----------------------------------------------------
+
+_INDEX_CACHE: LRUCache[BM25Index] = LRUCache(maxsize=16)
+
+
+def sparse_index_for(
+    chunks: Sequence[PolicyChunk],
+    *,
+    analyzer: Analyzer | Callable[[str], list[str]] = lesson_analyzer,
+    k1: float = DEFAULT_K1,
+    b: float = DEFAULT_B,
+) -> BM25Index:
+    """The BM25 index of exactly these chunks, built once and reused.
+
+    Cached by the chunks' values: the same permitted universe (same caller and
+    date, same corpus) reuses its postings across queries, and any change to a
+    chunk is a different key.
+    """
+    universe = tuple(chunks)
+    key = ("bm25", universe, analyzer, float(k1), float(b))
+    return _INDEX_CACHE.get_or_build(
+        key, lambda: BM25Index.build(((c.chunk_id, c.text) for c in universe), analyzer=analyzer, k1=k1, b=b)
+    )
+
+
+def bm25_rank(
+    query: str,
+    chunks: Sequence[PolicyChunk],
+    top_k: int = 2,
+    k1: float = DEFAULT_K1,
+    b: float = DEFAULT_B,
+    *,
+    analyzer: Analyzer | Callable[[str], list[str]] = lesson_analyzer,
+) -> list[tuple[PolicyChunk, float]]:
+    """Rank ``chunks`` (already the permitted universe) for ``query`` with BM25.
+
+    Returns ``(chunk, score)`` pairs with score > 0, sorted by (score desc,
+    chunk_id asc), at most ``top_k``.
+    """
+    top_k = check_top_k(top_k)
+    if not query.strip():
+        return []
+    lookup = chunk_lookup(chunks)
+    index = sparse_index_for(list(lookup.values()), analyzer=analyzer, k1=k1, b=b)
+    return [(lookup[doc_id], score) for doc_id, score in index.search(query, top_k)]
+
+
+def explain(
+    query: str,
+    chunk_id: str,
+    chunks: Sequence[PolicyChunk],
+    k1: float = DEFAULT_K1,
+    b: float = DEFAULT_B,
+    *,
+    analyzer: Analyzer | Callable[[str], list[str]] = lesson_analyzer,
+) -> list[TermExplanation]:
+    """Per-term BM25 breakdown of ``chunk_id``'s score within the universe ``chunks``."""
+    lookup = chunk_lookup(chunks)
+    return sparse_index_for(list(lookup.values()), analyzer=analyzer, k1=k1, b=b).explain(query, chunk_id)

@@ -1,0 +1,144 @@
+"""Production patterns: the capabilities of existing hybrid-retrieval systems, rebuilt on the lab's core.
+
+Takes plain dicts, files or a SQLite store; returns ranked hits. Every
+retriever here sits behind the same evidence boundary as :class:`PolicyRetriever`
+(see ``shared/specs/production-patterns.md``).
+"""
+
+from labsrc.patterns.categories import (
+    category_values,
+    search_by_category,
+)
+from labsrc.patterns.chunking import (
+    DEFAULT_MAX_CHARS,
+    chunk_markdown,
+    markdown_sections,
+)
+from labsrc.patterns.codetokens import (
+    code_tokens,
+    split_identifier,
+)
+from labsrc.patterns.dropin import (
+    DROPIN_ANALYZER,
+    HybridRetriever,
+    QueryPlan,
+    make_snippet,
+    rrf,
+    tokenize,
+)
+from labsrc.patterns.enrich import (
+    MAX_ENTITIES,
+    MAX_ENTITIES_PER_TYPE,
+    MAX_KEYWORDS,
+    enrich_content,
+)
+from labsrc.patterns.ensemble import (
+    ENSEMBLE_B,
+    ENSEMBLE_K1,
+    ENSEMBLE_WEIGHTS,
+    ensemble_retriever,
+)
+from labsrc.patterns.expansion import (
+    QueryExpander,
+    SUPPORT_POLICY_EXPANSIONS,
+)
+from labsrc.patterns.filters import (
+    FIELD_OPERATORS,
+    FILTER_OPERATORS,
+    LOGICAL_OPERATORS,
+    check_filter,
+    compile_filter_sql,
+    matches_filter,
+)
+from labsrc.patterns.needles import (
+    NEEDLE_THRESHOLD,
+    NeedleCorpus,
+    NeedleOutcome,
+    NeedleQuestion,
+    NeedleReport,
+    load_needles,
+    needle_accuracy,
+    needle_chunks,
+    needle_gate,
+    needle_retriever,
+)
+from labsrc.patterns.postfilter import (
+    FilterPlacement,
+    acl_overlay_chunks,
+    compare_filter_placement,
+    post_filter,
+)
+from labsrc.patterns.rerank import (
+    DEFAULT_OVERFETCH,
+    Reranker,
+    TermOverlapReranker,
+    rerank_search,
+)
+from labsrc.patterns.snippets import (
+    Snippet,
+    best_snippet,
+    min_max,
+    min_max_normalize,
+    with_display_scores,
+)
+from labsrc.patterns.store import (
+    EMBEDDING_DTYPE,
+    SQLiteStore,
+)
+
+__all__ = [
+    "DEFAULT_MAX_CHARS",
+    "DEFAULT_OVERFETCH",
+    "DROPIN_ANALYZER",
+    "EMBEDDING_DTYPE",
+    "ENSEMBLE_B",
+    "ENSEMBLE_K1",
+    "ENSEMBLE_WEIGHTS",
+    "FIELD_OPERATORS",
+    "FILTER_OPERATORS",
+    "FilterPlacement",
+    "HybridRetriever",
+    "LOGICAL_OPERATORS",
+    "MAX_ENTITIES",
+    "MAX_ENTITIES_PER_TYPE",
+    "MAX_KEYWORDS",
+    "NEEDLE_THRESHOLD",
+    "NeedleCorpus",
+    "NeedleOutcome",
+    "NeedleQuestion",
+    "NeedleReport",
+    "QueryExpander",
+    "QueryPlan",
+    "Reranker",
+    "SQLiteStore",
+    "SUPPORT_POLICY_EXPANSIONS",
+    "Snippet",
+    "TermOverlapReranker",
+    "acl_overlay_chunks",
+    "best_snippet",
+    "category_values",
+    "check_filter",
+    "chunk_markdown",
+    "code_tokens",
+    "compare_filter_placement",
+    "compile_filter_sql",
+    "enrich_content",
+    "ensemble_retriever",
+    "load_needles",
+    "make_snippet",
+    "markdown_sections",
+    "matches_filter",
+    "min_max",
+    "min_max_normalize",
+    "needle_accuracy",
+    "needle_chunks",
+    "needle_gate",
+    "needle_retriever",
+    "post_filter",
+    "rerank_search",
+    "rrf",
+    "search_by_category",
+    "split_identifier",
+    "tokenize",
+    "with_display_scores",
+]

@@ -1,0 +1,218 @@
+"""A SQLite store for documents, chunks, enriched text and embeddings (stdlib ``sqlite3``).
+
+A process that restarts should not re-embed its corpus. The store keeps, per
+chunk, the text shown to users, the enriched text the lexical lane indexes
+(:func:`~labsrc.patterns.enrich.enrich_content`), the embedding and free-form metadata;
+:meth:`~labsrc.patterns.dropin.HybridRetriever.from_store` rebuilds a retriever from it.
+
+Schema::
+
+    documents(doc_id TEXT PRIMARY KEY, title TEXT, path TEXT, metadata TEXT)
+    chunks(chunk_id TEXT PRIMARY KEY, doc_id TEXT REFERENCES documents,
+           text TEXT, enriched_text TEXT, embedding BLOB, dimension INTEGER,
+           metadata TEXT)
+
+An embedding is stored as little-endian float32 bytes (``ndarray.tobytes()``) and
+read back with ``np.frombuffer``: 4 bytes per dimension, exact for float32
+input, rounded to float32 for float64 input. Metadata is JSON text, so
+:func:`~labsrc.patterns.filters.compile_filter_sql` can filter it inside SQLite with
+bound parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from labsrc.lanes.dense import check_vector
+from labsrc.errors import InvalidArgument, InvalidRecord
+from labsrc.patterns.filters import compile_filter_sql
+
+__all__ = ["EMBEDDING_DTYPE", "SQLiteStore"]
+
+#: How embeddings are stored: little-endian float32.
+EMBEDDING_DTYPE = np.dtype("<f4")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id   TEXT PRIMARY KEY,
+    title    TEXT,
+    path     TEXT,
+    metadata TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    chunk_id      TEXT PRIMARY KEY,
+    doc_id        TEXT NOT NULL REFERENCES documents(doc_id),
+    text          TEXT NOT NULL,
+    enriched_text TEXT,
+    embedding     BLOB,
+    dimension     INTEGER,
+    metadata      TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks(doc_id);
+"""
+
+
+def _text(value: Any, field: str, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument(f"{field} must be a non-empty string, not {value!r}")
+    return value
+
+
+def _metadata_json(metadata: Mapping[str, Any] | None) -> str:
+    if metadata is None:
+        return "{}"
+    if not isinstance(metadata, Mapping):
+        raise InvalidArgument(f"metadata must be a dict, not {type(metadata).__name__}")
+    try:
+        # allow_nan=False: NaN is not JSON, and SQLite's JSON functions would reject the row.
+        return json.dumps(dict(metadata), ensure_ascii=False, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"metadata must be JSON-serialisable: {exc}") from exc
+
+
+def _embedding_blob(embedding: Any) -> tuple[bytes, int]:
+    vector = check_vector(embedding, name="embedding")
+    as_float32 = vector.astype(EMBEDDING_DTYPE)
+    if not np.all(np.isfinite(as_float32)):
+        raise InvalidArgument("embedding overflows float32")
+    return as_float32.tobytes(), int(vector.size)
+
+
+class SQLiteStore:
+    """Documents and chunks in one SQLite file (or ``":memory:"``).
+
+    Use it as a context manager, or call :meth:`close`. Every write commits at
+    once, so another process (or a restarted one) sees it.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        try:
+            self._db = sqlite3.connect(self.path)
+        except sqlite3.Error as exc:
+            raise InvalidRecord(f"cannot open SQLite store: {exc}", path=self.path) from exc
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA foreign_keys = ON")
+        try:
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise InvalidRecord(f"not a usable SQLite store: {exc}", path=self.path) from exc
+
+    # --- writing ------------------------------------------------------------------------
+
+    def add_document(
+        self,
+        doc_id: str,
+        *,
+        title: str | None = None,
+        path: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Add a document (a chunk's parent). Adding an existing ``doc_id`` is an error."""
+        _text(doc_id, "doc_id")
+        try:
+            with self._db:
+                self._db.execute(
+                    "INSERT INTO documents (doc_id, title, path, metadata) VALUES (?, ?, ?, ?)",
+                    (doc_id, title, path, _metadata_json(metadata)),
+                )
+        except sqlite3.IntegrityError as exc:
+            raise InvalidArgument(f"document {doc_id!r} is already in the store") from exc
+
+    def add_chunk(
+        self,
+        chunk_id: str,
+        doc_id: str,
+        text: str,
+        *,
+        embedding: Any = None,
+        enriched_text: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Add a chunk of a document added earlier. ``embedding`` is any 1-D numeric vector."""
+        _text(chunk_id, "chunk_id")
+        _text(doc_id, "doc_id")
+        _text(text, "text")
+        _text(enriched_text, "enriched_text", optional=True)
+        blob, dimension = (None, None) if embedding is None else _embedding_blob(embedding)
+        if self._db.execute("SELECT 1 FROM documents WHERE doc_id = ?", (doc_id,)).fetchone() is None:
+            raise InvalidArgument(f"no document {doc_id!r} in the store; call add_document({doc_id!r}) first")
+        try:
+            with self._db:
+                self._db.execute(
+                    "INSERT INTO chunks (chunk_id, doc_id, text, enriched_text, embedding, dimension, metadata) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (chunk_id, doc_id, text, enriched_text, blob, dimension, _metadata_json(metadata)),
+                )
+        except sqlite3.IntegrityError as exc:
+            raise InvalidArgument(f"chunk {chunk_id!r} is already in the store") from exc
+
+    # --- reading ------------------------------------------------------------------------
+
+    _SELECT = (
+        "SELECT c.chunk_id, c.doc_id, c.text, c.enriched_text, c.embedding, c.dimension, c.metadata, "
+        "d.title, d.path FROM chunks AS c JOIN documents AS d ON d.doc_id = c.doc_id"
+    )
+
+    @staticmethod
+    def _row(row: sqlite3.Row) -> dict[str, Any]:
+        embedding = None
+        if row["embedding"] is not None:
+            embedding = np.frombuffer(row["embedding"], dtype=EMBEDDING_DTYPE).astype(np.float32, copy=False)
+            if embedding.size != row["dimension"]:
+                raise InvalidRecord(
+                    f"embedding has {embedding.size} values but dimension says {row['dimension']}",
+                    path=f"chunks[{row['chunk_id']!r}]",
+                    field="embedding",
+                )
+        return {
+            "chunk_id": row["chunk_id"],
+            "doc_id": row["doc_id"],
+            "title": row["title"],
+            "path": row["path"],
+            "text": row["text"],
+            "enriched_text": row["enriched_text"],
+            "embedding": embedding,
+            "metadata": json.loads(row["metadata"]),
+        }
+
+    def get_chunk(self, chunk_id: str) -> dict[str, Any] | None:
+        """The chunk as a dict (``embedding`` a read-only float32 array or None), or None."""
+        row = self._db.execute(f"{self._SELECT} WHERE c.chunk_id = ?", (chunk_id,)).fetchone()
+        return None if row is None else self._row(row)
+
+    def get_document(self, doc_id: str) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT doc_id, title, path, metadata FROM documents WHERE doc_id = ?", (doc_id,)).fetchone()
+        if row is None:
+            return None
+        return {"doc_id": row["doc_id"], "title": row["title"], "path": row["path"], "metadata": json.loads(row["metadata"])}
+
+    def iter_chunks(self, where: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        """Every chunk, in chunk_id order; ``where`` filters on chunk metadata inside SQLite."""
+        sql, params = compile_filter_sql(where, column="c.metadata")
+        for row in self._db.execute(f"{self._SELECT} WHERE {sql} ORDER BY c.chunk_id", params):
+            yield self._row(row)
+
+    def count_chunks(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+

@@ -1,0 +1,44 @@
+"""Records: the lab's typed inputs.
+
+Takes JSON/JSONL files (chunks, callers, cases) and returns frozen records:
+:class:`PolicyChunk`, :class:`Caller`, :class:`Case`. Every load error names the
+file, line, field and value.
+"""
+
+from labsrc.records.cases import (
+    CASE_KINDS,
+    Case,
+    NEGATIVE_KINDS,
+    load_cases,
+)
+from labsrc.records.loading import (
+    Field,
+    iter_jsonl,
+    load_callers,
+    load_chunks,
+    load_json,
+    parse_date,
+    read_text,
+)
+from labsrc.records.policy import (
+    Caller,
+    PolicyChunk,
+    chunk_lookup,
+)
+
+__all__ = [
+    "CASE_KINDS",
+    "Caller",
+    "Case",
+    "Field",
+    "NEGATIVE_KINDS",
+    "PolicyChunk",
+    "chunk_lookup",
+    "iter_jsonl",
+    "load_callers",
+    "load_cases",
+    "load_chunks",
+    "load_json",
+    "parse_date",
+    "read_text",
+]

@@ -1,0 +1,120 @@
+"""Evaluation cases: the frozen questions a release gate replays.
+
+A case file is JSONL, one case per line::
+
+    {"name": "exact-code", "query": "RPL-14", "caller": "luna-48291",
+     "kind": "positive", "expected": ["eu-refurb-v2-rule"]}
+
+``kind`` is one of :data:`CASE_KINDS`. A positive case lists the chunk ids it
+requires in ``expected``; the negative kinds (``restricted``, ``superseded``,
+``wrong_region``) list, in ``forbidden``, the ids that must never reach any lane.
+An ``absent`` case is a question nothing permitted answers: it expects nothing,
+and its optional ``forbidden`` ids must not be returned as evidence. ``on_date``
+(ISO) overrides the evaluation date; ``notes`` is free text for reviewers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from labsrc.records.loading import Field, iter_jsonl
+
+__all__ = ["CASE_KINDS", "NEGATIVE_KINDS", "Case", "load_cases"]
+
+CASE_KINDS = ("positive", "restricted", "superseded", "wrong_region", "absent")
+NEGATIVE_KINDS = ("restricted", "superseded", "wrong_region")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One frozen question: who asks what, and which chunk ids must (not) come back.
+
+    ``expected`` is what a positive case requires; ``forbidden`` is what the
+    negative kinds (and, optionally, an ``absent`` case) must never return.
+    """
+
+    name: str
+    query: str
+    caller: str
+    kind: str
+    expected: tuple[str, ...] = ()
+    forbidden: tuple[str, ...] = ()
+    on_date: dt.date | None = None
+    notes: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "expected", tuple(self.expected))
+        object.__setattr__(self, "forbidden", tuple(self.forbidden))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The case as one JSONL record (the format :func:`load_cases` reads)."""
+        out: dict[str, Any] = {"name": self.name, "query": self.query, "caller": self.caller, "kind": self.kind}
+        if self.expected:
+            out["expected"] = list(self.expected)
+        if self.forbidden:
+            out["forbidden"] = list(self.forbidden)
+        if self.on_date is not None:
+            out["on_date"] = self.on_date.isoformat()
+        if self.notes is not None:
+            out["notes"] = self.notes
+        return out
+
+
+_FIELDS = {"name", "query", "caller", "kind", "expected", "forbidden", "on_date", "notes"}
+
+
+def load_cases(
+    path: str | Path,
+    *,
+    chunk_ids: Collection[str] | None = None,
+    caller_ids: Collection[str] | None = None,
+) -> list[Case]:
+    """Read cases from JSONL. With ``chunk_ids`` / ``caller_ids`` given, a case naming an
+    unknown chunk or caller is an error, never a silent miss."""
+    cases: list[Case] = []
+    first_line: dict[str, int] = {}
+    for number, record in iter_jsonl(path):
+        f = Field(record, path=path, line=number)
+        f.require_known(_FIELDS)
+        kind = f.text("kind")
+        if kind not in CASE_KINDS:
+            raise f.error("kind", f"{kind!r} is not a case kind; valid kinds are {list(CASE_KINDS)}")
+        case = Case(
+            name=f.text("name"),
+            query=f.text("query", blank_ok=True),
+            caller=f.text("caller"),
+            kind=kind,
+            expected=f.string_list("expected", optional=True),
+            forbidden=f.string_list("forbidden", optional=True),
+            on_date=f.date("on_date", optional=True),
+            notes=f.text("notes", optional=True, blank_ok=True),
+        )
+        if case.name in first_line:
+            raise f.error("name", f"duplicate case name {case.name!r} (first seen on line {first_line[case.name]})")
+        first_line[case.name] = number
+        if kind == "positive" and not case.expected:
+            raise f.error("expected", "a positive case must list at least one expected chunk id")
+        if kind == "positive" and case.forbidden:
+            raise f.error("forbidden", "a positive case lists expected ids, not forbidden ones")
+        if kind in NEGATIVE_KINDS and not case.forbidden:
+            raise f.error("forbidden", f"a {kind} case must list the chunk ids that must stay out")
+        if kind != "positive" and case.expected:
+            raise f.error("expected", f"a {kind} case expects no evidence; use 'forbidden'")
+        for field in ("expected", "forbidden"):
+            ids = getattr(case, field)
+            if len(set(ids)) != len(ids):
+                repeated = sorted({cid for cid in ids if ids.count(cid) > 1})
+                raise f.error(field, f"lists the same chunk id more than once: {repeated}")
+        if caller_ids is not None and case.caller not in caller_ids:
+            raise f.error("caller", f"unknown caller {case.caller!r}; known callers: {sorted(caller_ids)}")
+        if chunk_ids is not None:
+            for field in ("expected", "forbidden"):
+                unknown = [cid for cid in getattr(case, field) if cid not in chunk_ids]
+                if unknown:
+                    raise f.error(field, f"unknown chunk id(s) {unknown}")
+        cases.append(case)
+    return cases

@@ -1,0 +1,197 @@
+"""The retriever: boundary first, then both lanes over the permitted universe, then RRF.
+
+This is the only place the stages are wired together. The order is the point
+of the lesson: the boundary runs *before* either lane, so neither lane (nor the
+BM25 statistics) can see a chunk the caller may not see, and a new ranking
+method can never widen what a caller observes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+
+from labsrc.lanes.analysis import Analyzer, lesson_analyzer
+from labsrc.boundary import BoundaryIndex
+from labsrc.cache import LRUCache
+from labsrc.retriever.engine import LaneEngine
+from labsrc.lanes.dense import DenseSource, Encoder, as_dense_source
+from labsrc.errors import InvalidArgument
+from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k, reciprocal_rank_fusion
+from labsrc.ranking import check_top_k
+from labsrc.records.policy import chunk_lookup
+from labsrc.records.policy import Caller, PolicyChunk
+from labsrc.lanes.sparse import DEFAULT_B, DEFAULT_K1
+from labsrc.trace import RetrievalTrace, StageTimer
+
+__all__ = [
+    "PolicyRetriever",
+    "RetrievalResult",
+    "hybrid_rank",
+    "retriever_for",
+    "trace_hybrid_request",
+]
+
+RETRIEVER_VERSION = "policy-retriever-v2"
+
+
+@dataclass(frozen=True)
+class RetrievalResult:
+    """Everything one request produced. ``fused`` is what the caller gets."""
+
+    sparse: tuple[tuple[PolicyChunk, float], ...]
+    dense: tuple[tuple[PolicyChunk, float], ...]
+    fused: tuple[tuple[PolicyChunk, float], ...]
+    trace: RetrievalTrace
+
+    def lane_ranks(self, chunk_id: str) -> dict[str, int | None]:
+        """1-based rank of ``chunk_id`` in each lane and the fused list (None if absent)."""
+        out: dict[str, int | None] = {}
+        for lane, ids in (
+            ("bm25", self.trace.sparse_ids),
+            ("dense", self.trace.dense_ids),
+            ("hybrid", self.trace.fused_ids),
+        ):
+            out[lane] = ids.index(chunk_id) + 1 if chunk_id in ids else None
+        return out
+
+
+class PolicyRetriever:
+    """A permission-safe hybrid retriever over a fixed corpus.
+
+    Parameters
+    ----------
+    chunks:
+        Every stored chunk, permitted or not. Copied; later changes to the
+        caller's list do not affect the retriever.
+    vectors:
+        The dense lane's source: :class:`~labsrc.lanes.dense.FixtureVectors`, another
+        dense source, or a bare encoder.
+    analyzer, k1, b:
+        The sparse lane's analyzer and BM25 parameters.
+    rrf_k:
+        RRF's smoothing constant (not the number of results; that is ``top_k``).
+    weights:
+        Optional per-lane RRF weights, ``{"bm25": w, "dense": w}``.
+    """
+
+    def __init__(
+        self,
+        chunks: Sequence[PolicyChunk],
+        vectors: DenseSource | Encoder,
+        *,
+        analyzer: Analyzer | Callable[[str], list[str]] = lesson_analyzer,
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
+        rrf_k: float = DEFAULT_RRF_K,
+        weights: Mapping[str, float] | None = None,
+        universe_cache_size: int = 8,
+    ) -> None:
+        self.chunks = tuple(chunk_lookup(chunks).values())
+        self.vectors = as_dense_source(vectors)
+        self.analyzer = analyzer
+        self.k1 = k1
+        self.b = b
+        # Both lanes over every stored chunk; each request hands the engine the boundary's mask.
+        self.engine = LaneEngine(self.chunks, self.vectors, analyzer=analyzer, k1=k1, b=b, cache_size=universe_cache_size)
+        # The boundary's masks are over the engine's chunk order (sorted by chunk_id).
+        self.boundary = BoundaryIndex(self.engine.chunks)
+        self.rrf_k = check_rrf_k(rrf_k)
+        self.weights = dict(weights or {})
+        unknown = sorted(set(self.weights) - {"bm25", "dense"})
+        if unknown:
+            raise InvalidArgument(f"unknown lane(s) in weights: {unknown}; valid lanes: ['bm25', 'dense']")
+
+    def versions(self, on_date: dt.date) -> dict[str, str]:
+        rrf_k = int(self.rrf_k) if float(self.rrf_k).is_integer() else self.rrf_k
+        return {
+            "retriever": RETRIEVER_VERSION,
+            "index": f"policy-index/{on_date.isoformat()}",
+            "sparse": getattr(self.analyzer, "name", getattr(self.analyzer, "__name__", "custom-analyzer")),
+            "dense": self.vectors.version,
+            "fusion": f"rrf-k{rrf_k}",
+        }
+
+    def universe(self, caller: Caller, on_date: dt.date) -> tuple[PolicyChunk, ...]:
+        """The caller's permitted chunks on ``on_date``, in chunk_id order."""
+        return self.boundary.permitted(caller, on_date)
+
+    def search(
+        self,
+        query: str,
+        caller: Caller,
+        on_date: dt.date,
+        top_k: int = 2,
+        *,
+        query_kind: str = "adhoc",
+    ) -> RetrievalResult:
+        """Run one request: authorize → bm25 → dense → fusion, each timed."""
+        top_k = check_top_k(top_k)
+        timer = StageTimer()
+        sparse: list[tuple[PolicyChunk, float]] = []
+        dense: list[tuple[PolicyChunk, float]] = []
+        fused: list[tuple[PolicyChunk, float]] = []
+        with timer.stage("authorize"):
+            mask = self.boundary.mask(caller, on_date)
+        with timer.stage("bm25"):
+            sparse = self.engine.sparse(mask, query, top_k)
+        with timer.stage("dense"):
+            dense = self.engine.dense(mask, query, top_k)
+        with timer.stage("fusion"):
+            weights = None
+            if self.weights:
+                weights = [self.weights.get("bm25", 1.0), self.weights.get("dense", 1.0)]
+            fused = reciprocal_rank_fusion([sparse, dense], self.rrf_k, weights=weights, top_k=top_k)
+        trace = RetrievalTrace(
+            versions=self.versions(on_date),
+            query_kind=query_kind,
+            sparse_ids=tuple(c.chunk_id for c, _ in sparse),
+            dense_ids=tuple(c.chunk_id for c, _ in dense),
+            fused_ids=tuple(c.chunk_id for c, _ in fused),
+            timings_ms=timer.timings_ms,
+        )
+        return RetrievalResult(tuple(sparse), tuple(dense), tuple(fused), trace)
+
+
+_RETRIEVERS: LRUCache[PolicyRetriever] = LRUCache(maxsize=4)
+
+
+def retriever_for(chunks: Sequence[PolicyChunk], vectors: DenseSource | Encoder) -> PolicyRetriever:
+    """A cached :class:`PolicyRetriever` for this exact corpus and dense source.
+
+    Keyed by the chunks' values, so a changed corpus gets a fresh retriever
+    (and fresh indexes) automatically.
+    """
+    corpus = tuple(chunks)
+    source = as_dense_source(vectors)
+    return _RETRIEVERS.get_or_build(("retriever", corpus, source), lambda: PolicyRetriever(corpus, source))
+
+
+def hybrid_rank(
+    query: str,
+    caller: Caller,
+    chunks: Sequence[PolicyChunk],
+    vectors: DenseSource | Encoder,
+    on_date: dt.date,
+    top_k: int = 2,
+) -> list[tuple[PolicyChunk, float]]:
+    """The lesson's hybrid: boundary, then BM25 and dense at ``top_k``, then RRF cut to ``top_k``."""
+    top_k = check_top_k(top_k)
+    if not query.strip():
+        return []
+    return list(retriever_for(chunks, vectors).search(query, caller, on_date, top_k).fused)
+
+
+def trace_hybrid_request(
+    query: str,
+    query_kind: str,
+    caller: Caller,
+    chunks: Sequence[PolicyChunk],
+    vectors: DenseSource | Encoder,
+    on_date: dt.date,
+    top_k: int = 2,
+) -> RetrievalTrace:
+    """Run :func:`hybrid_rank` and return its trace (ids, versions, timings; never text)."""
+    return retriever_for(chunks, vectors).search(query, caller, on_date, top_k, query_kind=query_kind).trace

@@ -1,0 +1,78 @@
+"""labsrc.evaluation.case_rules: the one rule a case obeys against the boundary."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import labsrc
+from labsrc.evaluation.case_rules import case_problems, cases_problems
+from factories import make_chunk
+
+DAY = dt.date(2026, 5, 27)
+LUNA = labsrc.Caller("luna", "EU", frozenset({"support:eu"}))
+CALLERS = {"luna": LUNA}
+CHUNKS = {
+    c.chunk_id: c
+    for c in (
+        make_chunk("open", "refund rule"),
+        make_chunk("vip", "vip rule", acl_tag="merchant:vip"),
+        make_chunk("old", "old rule", effective_to=dt.date(2026, 3, 31)),
+        make_chunk("future", "holiday rule", effective_from=dt.date(2026, 11, 1)),
+        make_chunk("us", "us rule", region="US", acl_tag="support:us"),
+    )
+}
+
+
+def problems(**fields: object) -> list[tuple[str, str]]:
+    case = labsrc.Case(**{"name": "c", "query": "refund", "caller": "luna", "kind": "positive", **fields})
+    return [(p.field, p.value) for p in case_problems(case, CALLERS, CHUNKS, DAY)]
+
+
+def test_the_lesson_and_policy_fixtures_obey_the_rule(data):
+    callers = {c.actor_id: c for c in data.callers}
+    chunks = {c.chunk_id: c for c in data.chunks}
+    assert cases_problems(data.cases, callers, chunks, data.eval_date) == []
+
+
+def test_positive_case_expecting_a_visible_chunk_is_fine():
+    assert problems(expected=("open",)) == []
+
+
+def test_positive_case_expecting_a_hidden_chunk_names_the_reason():
+    case = labsrc.Case("c", "vip", "luna", "positive", expected=("vip",))
+    [problem] = case_problems(case, CALLERS, CHUNKS, DAY)
+    assert (problem.field, problem.value) == ("expected", "vip")
+    assert "cannot see this chunk on 2026-05-27 (restricted)" in problem.message
+
+
+def test_safety_case_forbidding_a_visible_chunk_is_not_a_leak():
+    assert problems(kind="restricted", forbidden=("vip", "open")) == [("forbidden", "open")]
+
+
+def test_safety_case_needs_one_chunk_hidden_for_its_own_reason():
+    # "old" is hidden, but as superseded: a restricted case about it tests the wrong thing.
+    assert problems(kind="restricted", forbidden=("old",)) == [("kind", "restricted")]
+    # One restricted chunk among others hidden for other reasons is enough (lesson 06's case).
+    assert problems(kind="restricted", forbidden=("vip", "old")) == []
+
+
+def test_superseded_covers_both_directions_of_freshness():
+    assert problems(kind="superseded", forbidden=("old",)) == []
+    assert problems(kind="superseded", forbidden=("future",)) == []
+    assert problems(kind="wrong_region", forbidden=("us",)) == []
+
+
+def test_the_case_date_takes_precedence():
+    # On 2026-11-20 the holiday rule is in force, so it can be expected.
+    assert problems(expected=("future",), on_date=dt.date(2026, 11, 20)) == []
+    assert problems(expected=("future",)) == [("expected", "future")]
+
+
+def test_absent_case_may_forbid_permitted_chunks():
+    assert problems(kind="absent", forbidden=("open", "us")) == []
+
+
+def test_blank_query_unknown_caller_and_unknown_chunk():
+    assert problems(query="  ", expected=("open",)) == [("query", "  ")]
+    assert problems(caller="nobody", expected=("open",)) == [("caller", "nobody")]
+    assert problems(expected=("opne",)) == [("expected", "opne")]
