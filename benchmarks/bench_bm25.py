@@ -47,10 +47,10 @@ import numpy as np  # noqa: E402
 
 from labsrc.datasets import UNIVERSE_CALLER, resolve_dataset_dir
 from labsrc.datasets.beir import UNIVERSE_DATE
-from labsrc.evaluation.benchmark import load_lanes  # noqa: E402
 from labsrc.errors import LabError, MissingDependency  # noqa: E402
-from labsrc.retriever.policy import PolicyRetriever  # noqa: E402
+from labsrc.evaluation.benchmark import load_lanes  # noqa: E402
 from labsrc.lanes.sparse import BM25Index  # noqa: E402
+from labsrc.retriever.policy import PolicyRetriever  # noqa: E402
 
 TARGETS = {
     "qps_vs_bm25s": 1.5,

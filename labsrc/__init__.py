@@ -7,7 +7,14 @@ import-linter contract. The names below are the lesson's; everything else is
 imported from its subpackage (``from labsrc.lanes import english_analyzer``).
 """
 
-from labsrc.boundary import BlockReason, BoundaryIndex, block_reasons, is_current, is_permitted, permitted_chunks
+from labsrc.boundary import (
+    BlockReason,
+    BoundaryIndex,
+    block_reasons,
+    is_current,
+    is_permitted,
+    permitted_chunks,
+)
 from labsrc.datasets import EVAL_DATE, Lesson, lesson
 from labsrc.errors import InvalidArgument, InvalidRecord, LabError, MissingDependency
 from labsrc.evaluation import (
@@ -24,7 +31,12 @@ from labsrc.evaluation import (
     release_gate,
     write_report,
 )
-from labsrc.fusion import DEFAULT_RRF_K, fuse_ranked_ids, reciprocal_rank_fusion, rrf_contribution
+from labsrc.fusion import (
+    DEFAULT_RRF_K,
+    fuse_ranked_ids,
+    reciprocal_rank_fusion,
+    rrf_contribution,
+)
 from labsrc.lanes import (
     Analyzer,
     BM25Index,
@@ -43,8 +55,21 @@ from labsrc.lanes import (
     tokens,
 )
 from labsrc.patterns import HybridRetriever
-from labsrc.records import CASE_KINDS, Caller, Case, PolicyChunk, load_callers, load_cases, load_chunks
-from labsrc.retriever import PolicyRetriever, RetrievalResult, hybrid_rank, trace_hybrid_request
+from labsrc.records import (
+    CASE_KINDS,
+    Caller,
+    Case,
+    PolicyChunk,
+    load_callers,
+    load_cases,
+    load_chunks,
+)
+from labsrc.retriever import (
+    PolicyRetriever,
+    RetrievalResult,
+    hybrid_rank,
+    trace_hybrid_request,
+)
 from labsrc.trace import RetrievalTrace
 from labsrc.version import __version__ as __version__
 

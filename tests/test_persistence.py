@@ -6,7 +6,6 @@ import pytest
 
 import labsrc
 from labsrc.lanes.analysis import Analyzer, english_analyzer
-from labsrc.lanes.sparse import BM25Index
 from labsrc.lanes.persistence import load_bm25_index, save_bm25_index
 
 DOCS = [

@@ -37,7 +37,7 @@ def summary(path: Path) -> str:
 def modules(dotted: str) -> list[Path]:
     base = ROOT / Path(*dotted.split("."))
     if base.is_dir():
-        return sorted(base.glob("*.py"), key=lambda p: (p.name != "__init__.py", p.name))
+        return sorted(base.rglob("*.py"), key=lambda p: (p.parent != base, p.parent.as_posix(), p.name != "__init__.py", p.name))
     return [base.with_suffix(".py")]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from labsrc import InvalidArgument
 from labsrc.cli.main import main
-from labsrc.course.rubric import LEVELS, find_submission, grade, parse_level
+from labsrc.course import LEVELS, find_submission, grade, parse_level
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSEWORK = ROOT / "fixtures" / "coursework"

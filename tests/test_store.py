@@ -134,3 +134,22 @@ def test_from_store_refuses_mixed_dimensions(tmp_path):
         fill(store)  # one chunk has a 4-d vector, the other none (the default embedder gives 256-d)
         with pytest.raises(labsrc.InvalidArgument, match="different shapes"):
             labsrc.HybridRetriever.from_store(store)
+
+
+def test_the_poc_ports_own_calls_work_as_written(tmp_path):
+    # The acceptance scenario of the POC port (spec, "Persistence"), call for call.
+    vec = np.array([0.5, -1.0, 2.0], dtype=np.float32)
+    storage = SQLiteStore(tmp_path / "poc.sqlite")
+    storage.create_tables()
+    storage.create_tables()  # idempotent
+    storage.add_document("doc1", "test.md")
+    storage.add_chunk("chunk1", "doc1", "Test content", embedding=vec, enriched_content="enriched")
+    chunk = storage.get_chunk_by_id("chunk1")
+    assert chunk["path"] == "test.md"
+    assert chunk["embedding"].dtype == np.float32 and np.array_equal(chunk["embedding"], vec)
+    assert chunk["enriched_content"] == chunk["enriched_text"] == "enriched"
+    assert [c["chunk_id"] for c in storage.get_all_chunks()] == ["chunk1"]
+    assert storage.get_chunk_by_id("nope") is None
+    with pytest.raises(labsrc.InvalidArgument, match="not both"):
+        storage.add_chunk("chunk2", "doc1", "x", enriched_text="a", enriched_content="b")
+    storage.close()

@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
-from typing import TextIO
 
+from labsrc.cli.progress import make_progress
 from labsrc.datasets.beir import resolve_dataset_dir
+from labsrc.errors import InvalidArgument
 from labsrc.evaluation.benchmark import (
     BEIR_LANES,
     REPORT_METRICS,
@@ -26,39 +26,8 @@ from labsrc.evaluation.benchmark import (
     run_benchmark,
     write_trec_run,
 )
-from labsrc.errors import InvalidArgument
 
-__all__ = ["ProgressBar", "format_table", "register", "run"]
-
-
-class ProgressBar:
-    """A dependency-free progress bar on stderr: ``bm25 (train) [#####.....] 405/809``.
-
-    On a terminal it redraws one line in place; elsewhere (CI logs, pytest) it
-    prints one line per finished stage so logs stay readable.
-    """
-
-    def __init__(self, stream: TextIO | None = None, width: int = 30) -> None:
-        self.stream = sys.stderr if stream is None else stream
-        self.width = width
-        self.live = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._last_draw = 0.0
-
-    def _line(self, stage: str, done: int, total: int) -> str:
-        filled = self.width if total <= 0 else int(self.width * done / total)
-        return f"{stage:<14} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}"
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        finished = done >= total
-        if self.live:
-            now = time.monotonic()
-            if finished or now - self._last_draw > 0.05:
-                self._last_draw = now
-                self.stream.write("\r" + self._line(stage, done, total) + ("\n" if finished else ""))
-                self.stream.flush()
-        elif finished:
-            self.stream.write(self._line(stage, done, total) + "\n")
-            self.stream.flush()
+__all__ = ["format_table", "register", "run"]
 
 
 def format_table(metrics: dict[str, dict[str, float]]) -> str:
@@ -90,7 +59,7 @@ def _parse_lanes(text: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     lanes = _parse_lanes(args.lanes)
     data_dir = resolve_dataset_dir(args.data, args.dataset)
-    progress = ProgressBar()
+    progress = make_progress(args.no_progress)
     print(f"loading {data_dir} and building the BM25 index ...", file=sys.stderr)
     source = load_lanes(data_dir, model=args.model)
     if source.vectors is None and {"dense", "rrf", "convex"} & set(lanes):
@@ -167,6 +136,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="drop hits whose doc id equals the query id, as BEIR does (needed for ArguAna)",
     )
+    parser.add_argument("--no-progress", action="store_true", help="never draw progress bars (they draw only when stderr is a terminal)")
     parser.add_argument("--json", metavar="OUT", help="write metrics, config and versions as JSON")
     parser.add_argument("--run-dir", metavar="DIR", help="write one TREC run file per lane")
     parser.set_defaults(func=run)

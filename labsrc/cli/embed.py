@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import argparse
 
-from labsrc.lanes.embed import embed_to_dir, minilm_encoder, minilm_model_record, read_queries
-from labsrc.records.loading import load_chunks
+from labsrc.lanes.embed import (
+    embed_to_dir,
+    minilm_encoder,
+    minilm_model_record,
+    read_queries,
+)
 from labsrc.ranking import check_top_k
+from labsrc.records.loading import load_chunks
 
 __all__ = ["register", "run"]
 

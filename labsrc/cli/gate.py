@@ -12,17 +12,23 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from labsrc.records.cases import Case, load_cases
-from labsrc.cli.report import ProgressBar, add_run_options, apply_overrides, print_gate_table
-from labsrc.evaluation.config import GateConfig, load_gate_config
-from labsrc.lanes.dense import DenseSource, EncoderVectors, FixtureVectors, HashingEncoder
 from labsrc.boundary import permitted_chunks
+from labsrc.cli.progress import make_progress
+from labsrc.cli.report import add_run_options, apply_overrides, print_gate_table
 from labsrc.errors import InvalidRecord
+from labsrc.evaluation.config import GateConfig, load_gate_config
 from labsrc.evaluation.gates import release_gate
-from labsrc.lanes.dense import load_vectors
+from labsrc.evaluation.report import write_report
+from labsrc.lanes.dense import (
+    DenseSource,
+    EncoderVectors,
+    FixtureVectors,
+    HashingEncoder,
+    load_vectors,
+)
+from labsrc.records.cases import Case, load_cases
 from labsrc.records.loading import load_callers, load_chunks, parse_date
 from labsrc.records.policy import Caller, PolicyChunk
-from labsrc.evaluation.report import write_report
 from labsrc.retriever.policy import PolicyRetriever
 
 __all__ = ["iso_date", "load_dense_source", "register", "run", "visible_chunks"]
@@ -121,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     source = load_dense_source(args.vectors, visible_chunks(chunks, callers, cases, config.eval_date()), cases)
     _warn_missing_query_vectors(source, cases, args.vectors)
     retriever = PolicyRetriever(chunks, source, rrf_k=config.rrf_k)
-    progress = None if args.no_progress else ProgressBar()
+    progress = make_progress(args.no_progress)
     result = release_gate(retriever, cases, callers, config, progress=progress)
     print_gate_table(result)
     if args.out:

@@ -11,43 +11,17 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from labsrc.evaluation.config import LANES, GateConfig, load_gate_config
+from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir, lesson
+from labsrc.evaluation.config import LANES, GateConfig, load_gate_config
 from labsrc.evaluation.gates import GateRun, release_gate
 from labsrc.evaluation.report import write_report
 from labsrc.retriever.policy import PolicyRetriever
 
-__all__ = ["DEFAULT_OUT", "ProgressBar", "add_run_options", "apply_overrides", "print_gate_table", "register", "run"]
+__all__ = ["DEFAULT_OUT", "add_run_options", "apply_overrides", "print_gate_table", "register", "run"]
 
 #: Where ``labsrc report`` writes when ``--out`` is not given (relative to the working directory).
 DEFAULT_OUT = Path("report")
-
-
-class ProgressBar:
-    """A dependency-free progress bar on stderr: ``progress(phase, done, total)``.
-
-    It draws only when the stream is a terminal (so CI logs and pipes stay
-    clean) and redraws at most once per percent.
-    """
-
-    def __init__(self, stream: TextIO | None = None, *, enabled: bool | None = None, width: int = 28) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)()) if enabled is None else enabled
-        self.width = width
-        self._last: tuple[str, int] | None = None
-
-    def __call__(self, phase: str, done: int, total: int) -> None:
-        if not self.enabled or total <= 0:
-            return
-        percent = 100 * done // total
-        if self._last == (phase, percent) and done != total:
-            return
-        self._last = (phase, percent)
-        filled = self.width * done // total
-        bar = "#" * filled + "." * (self.width - filled)
-        end = "\n" if done >= total else ""
-        self.stream.write(f"\r{phase:<8} [{bar}] {done}/{total}{end}")
-        self.stream.flush()
 
 
 def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
@@ -93,7 +67,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``report`` and ``gate``: overrides of the config and the progress bar."""
     parser.add_argument("--top-k", type=int, metavar="N", help="override the config's top_k (results per lane and fused)")
     parser.add_argument("--repetitions", type=int, metavar="N", help="override the config's timed repetitions")
-    parser.add_argument("--no-progress", action="store_true", help="never draw the progress bar on stderr")
+    parser.add_argument("--no-progress", action="store_true", help="never draw progress bars (they draw only when stderr is a terminal)")
 
 
 def apply_overrides(config: GateConfig, args: argparse.Namespace) -> GateConfig:
@@ -118,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_gate_config(args.config) if args.config else load_gate_config(lesson_config_path())
     config = apply_overrides(config, args)
     retriever = PolicyRetriever(data.chunks, data.vectors, rrf_k=config.rrf_k)
-    progress = None if args.no_progress else ProgressBar()
+    progress = make_progress(args.no_progress)
     result = release_gate(
         retriever, data.cases, data.callers_by_id, config, on_date=config.on_date or data.eval_date, progress=progress
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from labsrc.course.rubric import LEVELS, grade, grade_json, parse_level
+from labsrc.course import LEVELS, grade, grade_json, parse_level
 
 __all__ = ["register", "run"]
 

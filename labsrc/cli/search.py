@@ -13,8 +13,8 @@ import numpy as np
 
 from labsrc.boundary import permitted_chunks
 from labsrc.cli.gate import iso_date, load_dense_source
-from labsrc.errors import InvalidArgument
 from labsrc.datasets.lesson import lesson
+from labsrc.errors import InvalidArgument
 from labsrc.records.loading import load_callers, load_chunks
 from labsrc.retriever.policy import PolicyRetriever
 

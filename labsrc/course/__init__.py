@@ -21,16 +21,20 @@ from labsrc.course.checks import (
     policy_codes,
     query_style,
 )
-from labsrc.course.rubric import (
+from labsrc.course.grades import (
     Evidence,
     Grade,
     LEVELS,
     LevelVerdict,
-    Submission,
-    find_submission,
+    parse_level,
+)
+from labsrc.course.rubric import (
     grade,
     grade_json,
-    parse_level,
+)
+from labsrc.course.submission import (
+    Submission,
+    find_submission,
 )
 
 __all__ = [

@@ -33,12 +33,9 @@ import datetime as dt
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labsrc.evaluation.budgets import STAGES
-from labsrc.records.cases import NEGATIVE_KINDS, Case, load_cases
 from labsrc.course.checks import (
     ADVERSARIAL_KINDS,
     check_adversarial_cases,
@@ -48,179 +45,22 @@ from labsrc.course.checks import (
     check_positive_cases,
     query_style,
 )
+from labsrc.course.grades import Evidence, Grade, LevelVerdict
+from labsrc.course.submission import Submission, find_submission
+from labsrc.errors import LabError
+from labsrc.evaluation.budgets import STAGES
 from labsrc.evaluation.config import LANES, GateConfig, load_gate_config
+from labsrc.evaluation.gates import CaseOutcome, GateRun, release_gate
+from labsrc.evaluation.metrics import recall_at_k
 from labsrc.lanes.dense import DenseSource
 from labsrc.lanes.embed import StoredEmbeddings, load_embeddings, vectors_match_texts
-from labsrc.errors import InvalidArgument, LabError
-from labsrc.datasets.lesson import fixtures_dir
-from labsrc.evaluation.gates import CaseOutcome, GateRun, release_gate
+from labsrc.lanes.sparse import explain
+from labsrc.records.cases import NEGATIVE_KINDS, Case, load_cases
 from labsrc.records.loading import iter_jsonl, load_callers, load_chunks, load_json
-from labsrc.evaluation.metrics import recall_at_k
 from labsrc.records.policy import Caller, PolicyChunk
 from labsrc.retriever.policy import PolicyRetriever
-from labsrc.lanes.sparse import explain
 
-__all__ = [
-    "LEVELS",
-    "Evidence",
-    "Grade",
-    "LevelVerdict",
-    "Submission",
-    "find_submission",
-    "grade",
-    "grade_json",
-    "parse_level",
-]
-
-LEVELS = ("Foundational", "Applied", "Strong", "Production-ready")
-
-
-def parse_level(name: str) -> str:
-    """The canonical level name for ``name`` (case, spaces, ``_`` and ``-`` ignored)."""
-    key = "".join(ch for ch in name.casefold() if ch.isalnum())
-    for level in LEVELS:
-        if "".join(ch for ch in level.casefold() if ch.isalnum()) == key:
-            return level
-    raise InvalidArgument(f"unknown rubric level {name!r}; valid levels are {list(LEVELS)}")
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """One criterion of a level: whether the submission meets it, and the facts that say so."""
-
-    criterion: str
-    met: bool
-    detail: str
-
-
-@dataclass(frozen=True)
-class LevelVerdict:
-    level: str
-    evidence: tuple[Evidence, ...]
-
-    @property
-    def met(self) -> bool:
-        return all(e.met for e in self.evidence)
-
-
-@dataclass(frozen=True)
-class Grade:
-    """The result of :func:`grade`: per-level evidence and the highest level reached."""
-
-    submission: str
-    inputs: tuple[str, ...]
-    levels: tuple[LevelVerdict, ...]
-    run: GateRun | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def level(self) -> str | None:
-        """The highest level reached (every level up to it met), or None: below Foundational."""
-        reached = None
-        for verdict in self.levels:
-            if not verdict.met:
-                break
-            reached = verdict.level
-        return reached
-
-    def reaches(self, level: str) -> bool:
-        level = parse_level(level)
-        return self.level is not None and LEVELS.index(self.level) >= LEVELS.index(level)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "submission": self.submission,
-            "level": self.level,
-            "inputs": list(self.inputs),
-            "levels": [
-                {
-                    "level": v.level,
-                    "met": v.met,
-                    "evidence": [{"criterion": e.criterion, "met": e.met, "detail": e.detail} for e in v.evidence],
-                }
-                for v in self.levels
-            ],
-        }
-
-    def to_text(self) -> str:
-        lines = [f"Rubric for {self.submission}", *(f"  {line}" for line in self.inputs), ""]
-        below = False
-        for verdict in self.levels:
-            status = "reached" if verdict.met and not below else ("met, but a lower level is not" if verdict.met else "not reached")
-            below = below or not verdict.met
-            lines.append(f"{verdict.level}: {status}")
-            for e in verdict.evidence:
-                lines.append(f"  [{'x' if e.met else ' '}] {e.criterion}: {e.detail}")
-            lines.append("")
-        lines.append(f"Highest level reached: {self.level or 'below Foundational'}")
-        return "\n".join(lines)
-
-
-# --- locating the inputs ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Submission:
-    """Where each input of a submission comes from (the submission's own file or the course default)."""
-
-    root: Path
-    cases: Path
-    callers: Path
-    chunks: Path
-    config: Path
-    vectors: Path | None
-    report: Path | None
-    course: Path
-
-    def describe(self, path: Path | None) -> str:
-        if path is None:
-            return "none"
-        try:
-            return str(path.relative_to(self.root))
-        except ValueError:
-            pass
-        try:  # relative to the repository, so the text reads the same on every machine
-            return f"course default ({path.resolve().relative_to(fixtures_dir().resolve().parent)})"
-        except ValueError:
-            return f"course default ({path})"
-
-
-def _vector_dir(root: Path) -> Path | None:
-    base = root / "vectors"
-    if not base.is_dir():
-        return None
-    if (base / "MODEL.json").is_file():
-        return base
-    found = sorted(p for p in base.iterdir() if (p / "MODEL.json").is_file())
-    if len(found) != 1:
-        raise InvalidArgument(
-            f"{base}: expected MODEL.json there or in exactly one subfolder, found {[p.name for p in found]}"
-        )
-    return found[0]
-
-
-def find_submission(path: str | Path, course: str | Path | None = None) -> Submission:
-    """Resolve a submission folder's inputs, falling back to the course's files (``fixtures/policies``)."""
-    root = Path(path)
-    if not root.is_dir():
-        raise InvalidArgument(f"submission folder {root} does not exist")
-    course_dir = Path(course) if course is not None else fixtures_dir() / "policies"
-
-    def pick(name: str) -> Path:
-        own = root / name
-        return own if own.is_file() else course_dir / name
-
-    report = root / "report"
-    return Submission(
-        root=root,
-        cases=root / "cases.jsonl",
-        callers=pick("callers.json"),
-        chunks=pick("chunks.jsonl"),
-        config=pick("gate.json"),
-        vectors=_vector_dir(root),
-        report=report if report.is_dir() else None,
-        course=course_dir,
-    )
-
+__all__ = ["grade", "grade_json"]
 
 # --- grading ------------------------------------------------------------------------------------
 

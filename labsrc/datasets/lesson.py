@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from labsrc.records.cases import Case, load_cases
-from labsrc.lanes.dense import FixtureVectors
 from labsrc.errors import LabError
-from labsrc.lanes.dense import load_vectors
+from labsrc.lanes.dense import FixtureVectors, load_vectors
+from labsrc.records.cases import Case, load_cases
 from labsrc.records.loading import load_callers, load_chunks
 from labsrc.records.policy import Caller, PolicyChunk
 

@@ -32,11 +32,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from labsrc.evaluation.budgets import RETRIEVAL_BUDGET_MS, STAGES
 from labsrc.errors import InvalidArgument, InvalidRecord, MissingDependency
+from labsrc.evaluation.budgets import RETRIEVAL_BUDGET_MS, STAGES
 from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k
-from labsrc.records.loading import parse_date, read_text
 from labsrc.ranking import check_top_k
+from labsrc.records.loading import parse_date, read_text
 
 __all__ = ["HYBRID_RULES", "LANES", "GateConfig", "load_gate_config"]
 

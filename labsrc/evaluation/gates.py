@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from labsrc.evaluation.budgets import STAGES
-from labsrc.records.cases import NEGATIVE_KINDS, Case
-from labsrc.evaluation.config import LANES, GateConfig
 from labsrc.errors import InvalidArgument
+from labsrc.evaluation.budgets import STAGES
+from labsrc.evaluation.config import LANES, GateConfig
 from labsrc.evaluation.latency import LatencyReport, Progress, measure_latency
 from labsrc.evaluation.metrics import recall_at_k
 from labsrc.ranking import check_top_k
+from labsrc.records.cases import NEGATIVE_KINDS, Case
 from labsrc.records.policy import Caller
 from labsrc.retriever.policy import PolicyRetriever
 from labsrc.trace import RetrievalTrace

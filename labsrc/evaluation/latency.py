@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from labsrc.errors import InvalidArgument
 from labsrc.evaluation.budgets import STAGES, exceeded_retrieval_budgets
 from labsrc.records.cases import Case
-from labsrc.errors import InvalidArgument
 from labsrc.records.policy import Caller
 from labsrc.retriever.policy import PolicyRetriever
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import pandas as pd
 
-from labsrc.evaluation.config import LANES
 from labsrc.errors import InvalidArgument
+from labsrc.evaluation.config import LANES
 from labsrc.evaluation.gates import GATE_TABLE, CaseOutcome, GateRun
 
 __all__ = [

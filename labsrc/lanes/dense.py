@@ -17,9 +17,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from labsrc.lanes.analysis import lesson_analyzer
 from labsrc.cache import LRUCache
 from labsrc.errors import InvalidArgument, InvalidRecord
+from labsrc.lanes.analysis import lesson_analyzer
 from labsrc.ranking import check_top_k, top_k_positions
 from labsrc.records.loading import Field, load_json
 from labsrc.records.policy import PolicyChunk, chunk_lookup
@@ -31,6 +31,7 @@ __all__ = [
     "EncoderVectors",
     "FixtureVectors",
     "HashingEncoder",
+    "MatrixVectors",
     "as_dense_source",
     "check_vector",
     "cosine_similarity",
@@ -211,6 +212,24 @@ class EncoderVectors:
 
     def __hash__(self) -> int:
         return hash((id(self.encoder), self.version))
+
+
+class MatrixVectors:
+    """A dense source over vectors computed already: one row per chunk id, an encoder for queries."""
+
+    def __init__(self, rows: Mapping[str, int], matrix: np.ndarray, encoder: Encoder, *, version: str | None = None) -> None:
+        if matrix.ndim != 2 or len(rows) != matrix.shape[0]:
+            raise InvalidArgument(f"{len(rows)} chunk ids for a matrix of shape {matrix.shape}")
+        self._rows = MappingProxyType(dict(rows))
+        self._matrix = matrix
+        self.encoder = encoder
+        self.version = version or getattr(encoder, "version", type(encoder).__name__)
+
+    def document_matrix(self, chunks: Sequence[PolicyChunk]) -> np.ndarray:
+        return self._matrix[[self._rows[c.chunk_id] for c in chunks]]
+
+    def query_vector(self, query: str) -> np.ndarray:
+        return encode_checked(self.encoder, [query])[0]
 
 
 class HashingEncoder:

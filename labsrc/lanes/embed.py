@@ -42,11 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from labsrc.lanes.dense import Encoder
 from labsrc.errors import InvalidArgument, InvalidRecord, MissingDependency
+from labsrc.lanes.dense import Encoder
+from labsrc.lanes.vectordir import VectorDirectory, load_vector_dir
 from labsrc.records.loading import Field, iter_jsonl, load_json
 from labsrc.records.policy import PolicyChunk
-from labsrc.lanes.vectordir import VectorDirectory, load_vector_dir
 
 __all__ = [
     "DOCUMENT_TEXT_RECIPE",

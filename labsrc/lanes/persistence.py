@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from labsrc.lanes.analysis import Analyzer
 from labsrc.errors import InvalidArgument, InvalidRecord
-from labsrc.records.loading import load_json
+from labsrc.lanes.analysis import Analyzer
 from labsrc.lanes.sparse import BM25Index
+from labsrc.records.loading import load_json
 
 __all__ = ["INDEX_FORMAT", "analyzer_from_description", "describe_analyzer", "load_bm25_index", "save_bm25_index"]
 

@@ -21,12 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labsrc.lanes.analysis import Analyzer, lesson_analyzer
 from labsrc.cache import LRUCache
 from labsrc.errors import InvalidArgument
+from labsrc.lanes.analysis import Analyzer, lesson_analyzer
 from labsrc.ranking import check_top_k, top_k_positions
-from labsrc.records.policy import chunk_lookup
-from labsrc.records.policy import PolicyChunk
+from labsrc.records.policy import PolicyChunk, chunk_lookup
 
 __all__ = [
     "BM25Index",

@@ -19,12 +19,19 @@ from labsrc.patterns.codetokens import (
     split_identifier,
 )
 from labsrc.patterns.dropin import (
-    DROPIN_ANALYZER,
     HybridRetriever,
     QueryPlan,
     make_snippet,
     rrf,
     tokenize,
+)
+from labsrc.patterns.dropin_records import (
+    DropinRecord,
+    POLICY_FIELDS,
+    record_from_dict,
+)
+from labsrc.patterns.dropin_text import (
+    DROPIN_ANALYZER,
 )
 from labsrc.patterns.enrich import (
     MAX_ENTITIES,
@@ -90,6 +97,7 @@ __all__ = [
     "DEFAULT_MAX_CHARS",
     "DEFAULT_OVERFETCH",
     "DROPIN_ANALYZER",
+    "DropinRecord",
     "EMBEDDING_DTYPE",
     "ENSEMBLE_B",
     "ENSEMBLE_K1",
@@ -107,6 +115,7 @@ __all__ = [
     "NeedleOutcome",
     "NeedleQuestion",
     "NeedleReport",
+    "POLICY_FIELDS",
     "QueryExpander",
     "QueryPlan",
     "Reranker",
@@ -135,6 +144,7 @@ __all__ = [
     "needle_gate",
     "needle_retriever",
     "post_filter",
+    "record_from_dict",
     "rerank_search",
     "rrf",
     "search_by_category",

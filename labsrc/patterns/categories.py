@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from labsrc.patterns.dropin import HybridRetriever
 from labsrc.errors import InvalidArgument
-from labsrc.patterns.filters import check_filter
 from labsrc.fusion.rrf import DEFAULT_RRF_K, fuse_ranked_ids
+from labsrc.patterns.dropin import HybridRetriever
+from labsrc.patterns.filters import check_filter
 from labsrc.ranking import check_top_k
 
 __all__ = ["category_values", "search_by_category"]

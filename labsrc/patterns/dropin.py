@@ -1,23 +1,30 @@
-"""A drop-in hybrid retriever over plain dicts or JSONL chunks.
+"""A drop-in hybrid retriever over plain dicts or JSONL chunks, behind the evidence boundary.
 
 For engineers who want BM25 + embeddings + RRF without the lesson's records::
 
     retriever = HybridRetriever.from_jsonl("chunks.jsonl")
-    for hit in retriever.search("damaged laptop refund", k=5):
+    for hit in retriever.search("damaged laptop refund", k=5, caller=caller, on_date=today):
         print(hit["chunk_id"], hit["rrf_score"], hit["snippet"])
 
-It is the lab's own machinery behind a small API: the BM25 lane is
-:class:`~labsrc.lanes.sparse.BM25Index`, the dense lane is
-:func:`~labsrc.lanes.dense.cosine_similarity` over an :class:`~labsrc.lanes.dense.Encoder`,
-and fusion is :func:`~labsrc.fusion.rrf.fuse_ranked_ids`. A metadata filter
-(``where=``) narrows the universe **before** either lane runs, exactly like the
-evidence boundary: BM25 statistics are computed over the filtered chunks only.
+It is a thin adapter over the lab's one lane engine
+(:class:`~labsrc.retriever.engine.LaneEngine`, the same one under
+:class:`~labsrc.retriever.PolicyRetriever`) and the lab's
+:class:`~labsrc.boundary.BoundaryIndex`:
+
+* records that carry policy fields (``region``, ``acl_tag``, ``effective_from``;
+  see :mod:`labsrc.patterns.dropin_records`) are searched only through the
+  boundary: ``search`` needs ``caller=`` and ``on_date=`` and raises
+  :class:`~labsrc.errors.InvalidArgument` naming whichever is missing;
+* plain records (no policy fields) have no boundary: the whole corpus is the universe.
+
+A metadata filter (``where=``) narrows the universe further, **before** either
+lane runs: BM25 statistics are computed over the chunks that pass both.
 
 Result fields (one dict per hit):
 
 =============  ====================================================================
 chunk_id       the input's ``chunk_id``
-doc_id         the input's ``doc_id`` (defaults to ``chunk_id``)
+doc_id         the input's ``doc_id`` or ``document_id`` (defaults to ``chunk_id``)
 path           the input's ``path`` or ``None``
 title          the input's title field (``title_key``) or ``""``
 snippet        :func:`make_snippet` of the text around the first query term
@@ -31,161 +38,30 @@ metadata       every other input field, passed through untouched (a copy)
 from __future__ import annotations
 
 import copy
-import re
+import datetime as dt
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Protocol
 
 import numpy as np
 
-from labsrc.lanes.analysis import Analyzer
-from labsrc.cache import LRUCache
-from labsrc.lanes.dense import Encoder, HashingEncoder, cosine_similarity, encode_checked
+from labsrc.boundary import BoundaryIndex
 from labsrc.errors import InvalidArgument, InvalidRecord
+from labsrc.fusion.rrf import fuse_ranked_ids
+from labsrc.fusion.weighted import FusionParams, adaptive_fusion_params
+from labsrc.lanes.dense import Encoder, HashingEncoder, MatrixVectors, encode_checked
+from labsrc.lanes.sparse import DEFAULT_B, DEFAULT_K1
+from labsrc.patterns.dropin_records import POLICY_FIELDS, DropinRecord, record_from_dict
+from labsrc.patterns.dropin_text import DROPIN_ANALYZER, make_snippet, rrf, tokenize
 from labsrc.patterns.expansion import QueryExpander
 from labsrc.patterns.filters import check_filter, matches_filter
-from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k, fuse_ranked_ids, rrf_contribution
-from labsrc.records.loading import iter_jsonl
-from labsrc.ranking import check_top_k, top_k_positions
-from labsrc.lanes.sparse import DEFAULT_B, DEFAULT_K1, BM25Index
-from labsrc.fusion.weighted import FusionParams, adaptive_fusion_params
+from labsrc.ranking import check_top_k
+from labsrc.records.loading import iter_jsonl, parse_date
+from labsrc.records.policy import Caller, chunk_lookup
+from labsrc.retriever.engine import LaneEngine
 
-__all__ = [
-    "DROPIN_ANALYZER",
-    "HybridRetriever",
-    "QueryPlan",
-    "make_snippet",
-    "rrf",
-    "tokenize",
-]
-
-#: Casefolded runs of letters and digits after NFKC; no stopwords.
-DROPIN_ANALYZER = Analyzer(pattern=r"[^\W_]+", stopwords=frozenset(), name="dropin-tokenizer-v1")
-
-#: Fields a result carries itself; everything else in an input dict is metadata.
-RESULT_FIELDS = ("chunk_id", "doc_id", "path", "title", "snippet", "bm25_rank", "embed_rank", "rrf_score")
-
-
-def tokenize(text: str) -> list[str]:
-    """Lowercased letter-and-digit runs, unicode-safe: ``tokenize("Café ＲＰＬ１４") == ["café", "rpl14"]``.
-
-    NFKC folds compatibility characters first (full-width letters and digits
-    become ASCII), then ``str.casefold`` lowercases (the unicode-aware lowercase:
-    ``"ß"`` becomes ``"ss"``). Non-ASCII letters are kept, never split off.
-    Punctuation, ``_`` and hyphens separate tokens; there are no stopwords.
-    """
-    if not isinstance(text, str):
-        raise InvalidArgument(f"tokenize takes a string, not {type(text).__name__}")
-    return DROPIN_ANALYZER(text)
-
-
-def rrf(ranks: Mapping[str, Sequence[int]], k: float = DEFAULT_RRF_K) -> dict[str, float]:
-    """score(id) = Σ_lanes 1 / (k + rank), from ``{id: [its 1-based rank in each lane]}``.
-
-    ``k`` is RRF's smoothing constant (60 by default, per Cormack et al. 2009),
-    not a number of results. The dict comes back in (score desc, id asc) order.
-    """
-    check_rrf_k(k)
-    scores: dict[str, float] = {}
-    for item, lane_ranks in ranks.items():
-        if isinstance(lane_ranks, (str, bytes)) or not isinstance(lane_ranks, Sequence):
-            raise InvalidArgument(f"ranks[{item!r}] must be a list of 1-based ranks, not {lane_ranks!r}")
-        for rank in lane_ranks:
-            if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
-                raise InvalidArgument(f"ranks[{item!r}] holds {rank!r}; ranks are 1-based ints")
-        # Sum in rank order so the float result never depends on the input order.
-        scores[item] = sum(rrf_contribution(int(rank), k) for rank in sorted(lane_ranks))
-    return dict(sorted(scores.items(), key=lambda pair: (-pair[1], pair[0])))
-
-
-def _word_pattern(term: str) -> re.Pattern[str]:
-    # The term as a whole word: not preceded or followed by a letter or digit.
-    return re.compile(r"(?<![^\W_])" + re.escape(term) + r"(?![^\W_])", re.IGNORECASE)
-
-
-def make_snippet(text: str, query: str, max_len: int = 240) -> str:
-    """At most ``max_len`` characters of ``text`` centred on the first query-term match.
-
-    The window is cut on word boundaries (whitespace) where it does not reach
-    the text's ends. When no query term occurs in ``text`` the snippet is the
-    head of the text. A text shorter than ``max_len`` comes back whole.
-    """
-    max_len = check_top_k(max_len, "max_len")
-    if len(text) <= max_len:
-        return text
-    first: tuple[int, int] | None = None
-    for term in dict.fromkeys(tokenize(query)):
-        match = _word_pattern(term).search(text)
-        if match and (first is None or match.start() < first[0]):
-            first = (match.start(), match.end())
-    if first is None:
-        start = 0
-    else:
-        centre = (first[0] + first[1]) // 2
-        start = min(max(0, centre - max_len // 2), len(text) - max_len)
-    end = start + max_len
-    if start > 0:
-        # Drop the partial word at the left edge (unless the match itself would go).
-        space = text.find(" ", start, first[0] if first else end)
-        if space != -1:
-            start = space + 1
-    if end < len(text):
-        space = text.rfind(" ", first[1] if first else start, end + 1)
-        if space > start:
-            end = space
-    return text[start:end].strip()
-
-
-# --- records ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Chunk:
-    chunk_id: str
-    doc_id: str
-    path: str | None
-    title: str
-    text: str  # what snippets show
-    index_text: str  # what both lanes index
-    metadata: Mapping[str, Any]
-
-    def filter_view(self) -> dict[str, Any]:
-        """What a ``where=`` filter sees: the metadata plus the record's own fields."""
-        return {**self.metadata, "chunk_id": self.chunk_id, "doc_id": self.doc_id, "path": self.path, "title": self.title}
-
-
-def _text_field(record: Mapping[str, Any], key: str, *, where: str, line: int | None, required: bool) -> str | None:
-    value = record.get(key)
-    if value is None:
-        if required:
-            raise InvalidRecord("missing required field", path=where, line=line, field=key)
-        return None
-    if not isinstance(value, str):
-        raise InvalidRecord(f"must be a string, got {type(value).__name__}", path=where, line=line, field=key)
-    if required and not value.strip():
-        raise InvalidRecord("must not be empty or blank", path=where, line=line, field=key)
-    return value
-
-
-def _chunk_from_dict(
-    record: Mapping[str, Any], *, text_key: str, title_key: str, where: str, line: int | None
-) -> _Chunk:
-    if not isinstance(record, Mapping):
-        raise InvalidRecord(f"each chunk must be a dict, got {type(record).__name__}", path=where, line=line)
-    chunk_id = _text_field(record, "chunk_id", where=where, line=line, required=True)
-    doc_id = _text_field(record, "doc_id", where=where, line=line, required=False) or chunk_id
-    path = _text_field(record, "path", where=where, line=line, required=False)
-    title = _text_field(record, title_key, where=where, line=line, required=False) or ""
-    text = _text_field(record, text_key, where=where, line=line, required=True)
-    own = {"chunk_id", "doc_id", "path", title_key, text_key}
-    metadata = {key: copy.deepcopy(value) for key, value in record.items() if key not in own}
-    index_text = f"{title}\n{text}" if title else text
-    return _Chunk(chunk_id, doc_id, path, title, text, index_text, MappingProxyType(metadata))  # type: ignore[arg-type]
-
-
-# --- the retriever ----------------------------------------------------------------------
+__all__ = ["HybridRetriever", "QueryPlan", "make_snippet", "rrf", "tokenize"]
 
 
 class _Store(Protocol):
@@ -203,10 +79,15 @@ class QueryPlan:
     fusion: FusionParams
 
 
-@dataclass(frozen=True)
-class _Universe:
-    positions: np.ndarray  # ascending, i.e. in chunk_id order
-    index: BM25Index
+def _as_date(on_date: object) -> dt.date:
+    if isinstance(on_date, str):
+        try:
+            return parse_date(on_date)
+        except ValueError as exc:
+            raise InvalidArgument(f"on_date: {exc}") from exc
+    if isinstance(on_date, dt.datetime) or not isinstance(on_date, dt.date):
+        raise InvalidArgument(f"on_date must be a datetime.date or an ISO date string, not {on_date!r}")
+    return on_date
 
 
 class HybridRetriever:
@@ -218,7 +99,7 @@ class HybridRetriever:
 
     def __init__(
         self,
-        chunks: Sequence[_Chunk],
+        records: Sequence[DropinRecord],
         *,
         embedder: Encoder | None = None,
         embeddings: np.ndarray | None = None,
@@ -226,33 +107,48 @@ class HybridRetriever:
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
     ) -> None:
-        order = sorted(range(len(chunks)), key=lambda i: chunks[i].chunk_id)
-        ordered = [chunks[i] for i in order]
-        for left, right in zip(ordered, ordered[1:]):
-            if left.chunk_id == right.chunk_id:
-                raise InvalidArgument(f"duplicate chunk_id {left.chunk_id!r}")
-        self._chunks: tuple[_Chunk, ...] = tuple(ordered)
-        self._position = {c.chunk_id: i for i, c in enumerate(self._chunks)}
+        kinds = {r.has_policy for r in records}
+        if len(kinds) > 1:
+            plain = next(r for r in records if not r.has_policy)
+            policy = next(r for r in records if r.has_policy)
+            raise InvalidRecord(
+                f"has none of the policy fields {list(POLICY_FIELDS)}, but {policy.origin} has them; "
+                "every record carries them or none does (a chunk without a policy would be visible to everyone)",
+                path=plain.origin,
+            )
+        self.has_policy = kinds == {True}
+        chunk_lookup([r.chunk for r in records])  # refuses duplicate ids before anything is encoded
         self.embedder: Encoder = HashingEncoder(analyzer=DROPIN_ANALYZER) if embedder is None else embedder
         if not isinstance(self.embedder, Encoder):
             raise InvalidArgument(f"embedder must have an encode(list[str]) method; {type(self.embedder).__name__} has not")
         self.expander = expander
         self.k1, self.b = k1, b
+        texts = [r.index_text for r in records]
         if embeddings is None:
-            texts = [c.index_text for c in self._chunks]
-            matrix = self._encode(texts) if texts else np.zeros((0, 0))
+            matrix = encode_checked(self.embedder, texts) if texts else np.zeros((0, 0))
         else:
             matrix = np.array(embeddings, dtype=np.float64)  # a copy: the caller's array may change later
-            if matrix.ndim != 2 or matrix.shape[0] != len(self._chunks) or not np.all(np.isfinite(matrix)):
+            if matrix.ndim != 2 or matrix.shape[0] != len(records) or not np.all(np.isfinite(matrix)):
                 raise InvalidArgument(
-                    f"embeddings must be a finite [N, D] array with N = {len(self._chunks)}, got shape {matrix.shape}"
+                    f"embeddings must be a finite [N, D] array with N = {len(records)}, got shape {matrix.shape}"
                 )
-            matrix = matrix[order]  # rows follow the chunks into chunk_id order
+        if matrix.ndim != 2:
+            matrix = matrix.reshape(len(records), 0)
         matrix.setflags(write=False)
-        self._matrix = matrix
-        everything = np.arange(len(self._chunks))
-        self._full = _Universe(everything, self._build_index(everything))
-        self._universes: LRUCache[_Universe] = LRUCache(maxsize=8)
+        rows = {r.chunk.chunk_id: i for i, r in enumerate(records)}
+        # The one lane engine (refuses duplicate ids) and the boundary over its chunk_id order.
+        self.engine = LaneEngine(
+            [r.chunk for r in records],
+            MatrixVectors(rows, matrix, self.embedder),
+            index_texts=texts,
+            analyzer=DROPIN_ANALYZER,
+            k1=k1,
+            b=b,
+        )
+        self.boundary = BoundaryIndex(self.engine.chunks)
+        by_id = {r.chunk.chunk_id: r for r in records}
+        self._records = tuple(by_id[c.chunk_id] for c in self.engine.chunks)
+        self._dimension = int(matrix.shape[1]) if matrix.ndim == 2 else 0
 
     # --- construction ---------------------------------------------------------------
 
@@ -279,7 +175,7 @@ class HybridRetriever:
         ``k1`` and ``b`` are the BM25 parameters.
         """
         records = [
-            _chunk_from_dict(record, text_key=text_key, title_key=title_key, where=f"chunks[{i}]", line=None)
+            record_from_dict(record, text_key=text_key, title_key=title_key, where=f"chunks[{i}]")
             for i, record in enumerate(chunks)
         ]
         return cls(records, embedder=embedder, embeddings=embeddings, expander=expander, k1=k1, b=b)
@@ -298,19 +194,20 @@ class HybridRetriever:
         b: float = DEFAULT_B,
     ) -> HybridRetriever:
         """Read one JSON object per line, then as :meth:`from_chunks`. Errors name the file, line and field."""
-        records = []
+        records: list[DropinRecord] = []
         seen: dict[str, int] = {}
         for line, record in iter_jsonl(path):
-            chunk = _chunk_from_dict(record, text_key=text_key, title_key=title_key, where=str(path), line=line)
-            if chunk.chunk_id in seen:
+            item = record_from_dict(record, text_key=text_key, title_key=title_key, where=str(path), line=line)
+            chunk_id = item.chunk.chunk_id
+            if chunk_id in seen:
                 raise InvalidRecord(
-                    f"duplicate chunk_id {chunk.chunk_id!r} (first seen on line {seen[chunk.chunk_id]})",
+                    f"duplicate chunk_id {chunk_id!r} (first seen on line {seen[chunk_id]})",
                     path=path,
                     line=line,
                     field="chunk_id",
                 )
-            seen[chunk.chunk_id] = line
-            records.append(chunk)
+            seen[chunk_id] = line
+            records.append(item)
         return cls(records, embedder=embedder, embeddings=embeddings, expander=expander, k1=k1, b=b)
 
     @classmethod
@@ -327,25 +224,19 @@ class HybridRetriever:
 
         Stored embeddings are used as they are; the embedder only encodes
         queries (and any chunk stored without an embedding). The BM25 lane
-        indexes ``enriched_text`` where present, snippets show ``text``.
+        indexes ``enriched_text`` where present, snippets show ``text``. Policy
+        fields in a chunk's stored metadata make it a policy record, as in
+        :meth:`from_chunks`.
         """
-        records: list[_Chunk] = []
+        records: list[DropinRecord] = []
         vectors: list[np.ndarray | None] = []
         for row in store.iter_chunks():
             title = row.get("title") or ""
             indexed = row.get("enriched_text") or row["text"]
-            metadata = dict(row.get("metadata") or {})
-            records.append(
-                _Chunk(
-                    row["chunk_id"],
-                    row["doc_id"],
-                    row.get("path"),
-                    title,
-                    row["text"],
-                    f"{title}\n{indexed}" if title else indexed,
-                    MappingProxyType(metadata),
-                )
-            )
+            fields = {**(row.get("metadata") or {}), "chunk_id": row["chunk_id"], "doc_id": row["doc_id"],
+                      "path": row.get("path"), "title": title, "text": row["text"]}  # fmt: skip
+            where = f"{store!r} chunk {row['chunk_id']!r}"
+            records.append(record_from_dict(fields, where=where, index_text=f"{title}\n{indexed}" if title else indexed))
             vectors.append(row.get("embedding"))
         retriever_embedder = HashingEncoder(analyzer=DROPIN_ANALYZER) if embedder is None else embedder
         missing = [i for i, v in enumerate(vectors) if v is None]
@@ -364,25 +255,32 @@ class HybridRetriever:
             embeddings = np.stack(rows)
         return cls(records, embedder=retriever_embedder, embeddings=embeddings, expander=expander, k1=k1, b=b)
 
-    # --- helpers ------------------------------------------------------------------------
+    # --- the universe ------------------------------------------------------------------
 
-    def _encode(self, texts: list[str]) -> np.ndarray:
-        return encode_checked(self.embedder, texts)
-
-    def _build_index(self, positions: np.ndarray) -> BM25Index:
-        pairs = [(self._chunks[p].chunk_id, self._chunks[p].index_text) for p in positions]
-        return BM25Index.build(pairs, analyzer=DROPIN_ANALYZER, k1=self.k1, b=self.b)
-
-    def _universe(self, where: Mapping[str, Any] | None) -> _Universe:
-        if not where:
-            return self._full
-        check_filter(where)
-        positions = np.array(
-            [i for i, c in enumerate(self._chunks) if matches_filter(c.filter_view(), where)], dtype=np.int64
-        )
-        key = tuple(positions.tolist())
-        # One BM25 index per filtered universe: its N, n_t and avgdl count only the chunks that passed.
-        return self._universes.get_or_build(key, lambda: _Universe(positions, self._build_index(positions)))
+    def _mask(self, caller: Caller | None, on_date: object, where: Mapping[str, Any] | None) -> np.ndarray:
+        """The chunks this request may reach: the boundary's (policy records), then the filter's."""
+        if self.has_policy:
+            missing = [name for name, value in (("caller", caller), ("on_date", on_date)) if value is None]
+            if missing:
+                raise InvalidArgument(
+                    f"these chunks carry policy fields {list(POLICY_FIELDS)}, so every request names who asks "
+                    f"and when: pass {' and '.join(f'{m}=' for m in missing)} (a Caller and a date); "
+                    "the drop-in retriever never searches past the boundary"
+                )
+            if not isinstance(caller, Caller):
+                raise InvalidArgument(f"caller must be a labsrc.Caller, not {type(caller).__name__}")
+            mask = self.boundary.mask(caller, _as_date(on_date))
+        else:
+            if caller is not None or on_date is not None:
+                raise InvalidArgument(
+                    f"these chunks carry no policy fields {list(POLICY_FIELDS)}, so there is no boundary to apply: "
+                    "drop caller= and on_date=, or give every chunk region, acl_tag and effective_from"
+                )
+            mask = np.ones(len(self._records), dtype=bool)
+        if where:
+            check_filter(where)
+            mask = mask & np.array([matches_filter(r.filter_view(), where) for r in self._records], dtype=bool)
+        return mask
 
     # --- querying ---------------------------------------------------------------------------
 
@@ -407,27 +305,25 @@ class HybridRetriever:
         k_embed: int = 50,
         k: int = 20,
         where: Mapping[str, Any] | None = None,
+        caller: Caller | None = None,
+        on_date: dt.date | str | None = None,
     ) -> list[dict[str, Any]]:
         """The top ``k`` fused hits for ``query`` (see the module docs for the fields).
 
         ``k_bm25`` and ``k_embed`` are how many candidates each lane contributes
-        before fusion; ``k`` is how many fused results come back. ``where`` is a
-        metadata filter (:mod:`labsrc.patterns.filters`) applied before ranking. Results
-        are sorted by (rrf_score desc, chunk_id asc). A blank query returns ``[]``.
+        before fusion; ``k`` is how many fused results come back. ``caller`` and
+        ``on_date`` are required for policy records and refused for plain ones.
+        ``where`` is a metadata filter (:mod:`labsrc.patterns.filters`) applied
+        before ranking. Results are sorted by (rrf_score desc, chunk_id asc). A
+        blank query returns ``[]``.
         """
         k_bm25, k_embed, k = check_top_k(k_bm25, "k_bm25"), check_top_k(k_embed, "k_embed"), check_top_k(k, "k")
+        mask = self._mask(caller, on_date, where)
         plan = self.plan(query)
-        if not query.strip():
+        if not query.strip() or not mask.any():
             return []
-        universe = self._universe(where)
-        if universe.positions.size == 0:
-            return []
-        bm25_hits = universe.index.search(plan.bm25_query, k_bm25)
-        query_vector = self._encode([plan.embed_query])[0]
-        scores = cosine_similarity(self._matrix[universe.positions], query_vector)
-        embed_hits = [
-            (self._chunks[universe.positions[p]].chunk_id, float(scores[p])) for p in top_k_positions(scores, k_embed)
-        ]
+        bm25_hits = [(c.chunk_id, s) for c, s in self.engine.sparse(mask, plan.bm25_query, k_bm25)]
+        embed_hits = [(c.chunk_id, s) for c, s in self.engine.dense(mask, plan.embed_query, k_embed)]
         rrf_k, bm25_weight, embed_weight = plan.fusion
         fused = fuse_ranked_ids(
             {"bm25": bm25_hits, "embed": embed_hits}, rrf_k, {"bm25": bm25_weight, "embed": embed_weight}
@@ -442,44 +338,52 @@ class HybridRetriever:
     def _result(
         self, chunk_id: str, score: float, bm25_rank: int | None, embed_rank: int | None, query: str
     ) -> dict[str, Any]:
-        chunk = self._chunks[self._position[chunk_id]]
+        chunk = self.engine.chunks[self.engine.positions[chunk_id]]
         return {
             "chunk_id": chunk.chunk_id,
-            "doc_id": chunk.doc_id,
+            "doc_id": chunk.document_id,
             "path": chunk.path,
-            "title": chunk.title,
+            "title": chunk.title or "",
             "snippet": make_snippet(chunk.text, query),
             "bm25_rank": bm25_rank,
             "embed_rank": embed_rank,
             "rrf_score": score,
-            "metadata": copy.deepcopy(dict(chunk.metadata)),
+            "metadata": copy.deepcopy(dict(chunk.metadata or {})),
         }
 
-    def get(self, chunk_id: str) -> dict[str, Any] | None:
-        """The stored chunk (with its full ``text``) or ``None``."""
-        position = self._position.get(chunk_id)
-        if position is None:
+    def get(
+        self, chunk_id: str, *, caller: Caller | None = None, on_date: dt.date | str | None = None
+    ) -> dict[str, Any] | None:
+        """The stored chunk (with its full ``text``), or ``None``.
+
+        For policy records the same rule as :meth:`search` holds: ``caller`` and
+        ``on_date`` are required, and a chunk they may not see is ``None``.
+        """
+        mask = self._mask(caller, on_date, None)
+        position = self.engine.positions.get(chunk_id)
+        if position is None or not mask[position]:
             return None
-        chunk = self._chunks[position]
+        chunk = self.engine.chunks[position]
         return {
             "chunk_id": chunk.chunk_id,
-            "doc_id": chunk.doc_id,
+            "doc_id": chunk.document_id,
             "path": chunk.path,
-            "title": chunk.title,
+            "title": chunk.title or "",
             "text": chunk.text,
-            "metadata": copy.deepcopy(dict(chunk.metadata)),
+            "metadata": copy.deepcopy(dict(chunk.metadata or {})),
         }
 
     @property
     def chunk_ids(self) -> tuple[str, ...]:
-        return tuple(c.chunk_id for c in self._chunks)
+        """Every stored chunk id (the operator's view, not any caller's)."""
+        return tuple(c.chunk_id for c in self.engine.chunks)
 
     @property
     def embedding_dimension(self) -> int:
-        return int(self._matrix.shape[1]) if self._matrix.ndim == 2 else 0
+        return self._dimension
 
     def __len__(self) -> int:
-        return len(self._chunks)
+        return len(self._records)
 
     def close(self) -> None:
         """Release resources. The in-memory retriever holds none; kept for API compatibility."""
@@ -491,4 +395,5 @@ class HybridRetriever:
         self.close()
 
     def __repr__(self) -> str:
-        return f"HybridRetriever({len(self._chunks)} chunks, embedder={type(self.embedder).__name__})"
+        kind = "policy" if self.has_policy else "plain"
+        return f"HybridRetriever({len(self._records)} {kind} chunks, embedder={type(self.embedder).__name__})"

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
-from labsrc.lanes.analysis import lesson_analyzer
 from labsrc.errors import InvalidArgument, InvalidRecord
+from labsrc.lanes.analysis import lesson_analyzer
 from labsrc.records.loading import load_json
 
 __all__ = ["SUPPORT_POLICY_EXPANSIONS", "QueryExpander"]

@@ -19,14 +19,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from labsrc.datasets.lesson import fixtures_dir
+from labsrc.errors import InvalidArgument, InvalidRecord
+from labsrc.evaluation.gates import GateResult
 from labsrc.patterns.chunking import chunk_markdown
 from labsrc.patterns.dropin import HybridRetriever
-from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.patterns.expansion import QueryExpander
-from labsrc.datasets.lesson import fixtures_dir
-from labsrc.evaluation.gates import GateResult
-from labsrc.records.loading import Field, iter_jsonl
 from labsrc.ranking import check_top_k
+from labsrc.records.loading import Field, iter_jsonl
 
 __all__ = [
     "NEEDLE_THRESHOLD",

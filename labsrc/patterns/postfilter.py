@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from labsrc.boundary import is_permitted, permitted_chunks
 from labsrc.errors import InvalidArgument
 from labsrc.evaluation.metrics import recall_at_k
+from labsrc.lanes.sparse import bm25_rank
 from labsrc.ranking import check_top_k
 from labsrc.records.policy import Caller, PolicyChunk
-from labsrc.lanes.sparse import bm25_rank
 
 __all__ = [
     "FilterPlacement",

@@ -17,8 +17,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from labsrc.patterns.dropin import HybridRetriever, tokenize
 from labsrc.errors import InvalidArgument
+from labsrc.patterns.dropin import HybridRetriever, tokenize
 from labsrc.ranking import check_top_k
 
 __all__ = ["DEFAULT_OVERFETCH", "Reranker", "TermOverlapReranker", "rerank_search"]

@@ -21,10 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labsrc.lanes.analysis import lesson_analyzer
 from labsrc.errors import InvalidArgument
-from labsrc.ranking import check_top_k
+from labsrc.lanes.analysis import lesson_analyzer
 from labsrc.lanes.sparse import DEFAULT_B, DEFAULT_K1, BM25Index
+from labsrc.ranking import check_top_k
 
 __all__ = ["Snippet", "best_snippet", "min_max", "min_max_normalize", "with_display_scores"]
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from labsrc.lanes.dense import check_vector
 from labsrc.errors import InvalidArgument, InvalidRecord
+from labsrc.lanes.dense import check_vector
 from labsrc.patterns.filters import compile_filter_sql
 
 __all__ = ["EMBEDDING_DTYPE", "SQLiteStore"]
@@ -101,6 +101,10 @@ class SQLiteStore:
             raise InvalidRecord(f"cannot open SQLite store: {exc}", path=self.path) from exc
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA foreign_keys = ON")
+        self.create_tables()
+
+    def create_tables(self) -> None:
+        """Create the tables and index if they are missing; safe to call any number of times."""
         try:
             self._db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
@@ -111,13 +115,19 @@ class SQLiteStore:
     def add_document(
         self,
         doc_id: str,
+        path: str | None = None,
         *,
         title: str | None = None,
-        path: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
-        """Add a document (a chunk's parent). Adding an existing ``doc_id`` is an error."""
+        """Add a document (a chunk's parent): ``add_document("doc1", "test.md")``.
+
+        The second positional argument is the document's path, as in the POC
+        port's own calls. Adding an existing ``doc_id`` is an error.
+        """
         _text(doc_id, "doc_id")
+        _text(path, "path", optional=True)
+        _text(title, "title", optional=True)
         try:
             with self._db:
                 self._db.execute(
@@ -135,9 +145,17 @@ class SQLiteStore:
         *,
         embedding: Any = None,
         enriched_text: str | None = None,
+        enriched_content: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
-        """Add a chunk of a document added earlier. ``embedding`` is any 1-D numeric vector."""
+        """Add a chunk of a document added earlier. ``embedding`` is any 1-D numeric vector.
+
+        ``enriched_content`` is the POC port's name for ``enriched_text``; pass one or the other.
+        """
+        if enriched_content is not None:
+            if enriched_text is not None:
+                raise InvalidArgument("pass enriched_text or enriched_content (the same field), not both")
+            enriched_text = enriched_content
         _text(chunk_id, "chunk_id")
         _text(doc_id, "doc_id")
         _text(text, "text")
@@ -180,6 +198,7 @@ class SQLiteStore:
             "path": row["path"],
             "text": row["text"],
             "enriched_text": row["enriched_text"],
+            "enriched_content": row["enriched_text"],
             "embedding": embedding,
             "metadata": json.loads(row["metadata"]),
         }
@@ -188,6 +207,14 @@ class SQLiteStore:
         """The chunk as a dict (``embedding`` a read-only float32 array or None), or None."""
         row = self._db.execute(f"{self._SELECT} WHERE c.chunk_id = ?", (chunk_id,)).fetchone()
         return None if row is None else self._row(row)
+
+    def get_chunk_by_id(self, chunk_id: str) -> dict[str, Any] | None:
+        """The POC port's name for :meth:`get_chunk`."""
+        return self.get_chunk(chunk_id)
+
+    def get_all_chunks(self, where: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Every chunk as a list, in chunk_id order (the POC port's name for ``list(iter_chunks())``)."""
+        return list(self.iter_chunks(where))
 
     def get_document(self, doc_id: str) -> dict[str, Any] | None:
         row = self._db.execute("SELECT doc_id, title, path, metadata FROM documents WHERE doc_id = ?", (doc_id,)).fetchone()

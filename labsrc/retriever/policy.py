@@ -12,18 +12,16 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-
-from labsrc.lanes.analysis import Analyzer, lesson_analyzer
 from labsrc.boundary import BoundaryIndex
 from labsrc.cache import LRUCache
-from labsrc.retriever.engine import LaneEngine
-from labsrc.lanes.dense import DenseSource, Encoder, as_dense_source
 from labsrc.errors import InvalidArgument
 from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k, reciprocal_rank_fusion
-from labsrc.ranking import check_top_k
-from labsrc.records.policy import chunk_lookup
-from labsrc.records.policy import Caller, PolicyChunk
+from labsrc.lanes.analysis import Analyzer, lesson_analyzer
+from labsrc.lanes.dense import DenseSource, Encoder, as_dense_source
 from labsrc.lanes.sparse import DEFAULT_B, DEFAULT_K1
+from labsrc.ranking import check_top_k
+from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
+from labsrc.retriever.engine import LaneEngine
 from labsrc.trace import RetrievalTrace, StageTimer
 
 __all__ = [

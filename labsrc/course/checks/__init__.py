@@ -1,0 +1,58 @@
+"""Checks for the coursework: each one looks at a learner's work and says specifically what is wrong.
+
+The lesson ends with six "Build it yourself" steps. Each step has a check here.
+A check never says only "wrong": every problem names the case, chunk, lane or
+field and says what to change, for example::
+
+    case 'vip-refund' expects merchant-vip-refurb, which caller luna-48291 cannot
+    see on 2026-05-27 (restricted): a positive case may only expect permitted evidence
+
+A check returns a :class:`CheckResult` (what passed, what did not).
+``result.require()`` raises :class:`CheckFailed` with every problem listed, so a
+notebook cell stops on the first step that does not hold yet.
+
+The checks reuse the library's own rules (the boundary's :func:`~labsrc.boundary.block_reasons`,
+the lesson analyzer, the gate run's outcomes); they re-implement nothing.
+"""
+
+from labsrc.course.checks.cases import (
+    ADVERSARIAL_KINDS,
+    QUERY_STYLES,
+    check_adversarial_cases,
+    check_positive_cases,
+)
+from labsrc.course.checks.evidence import (
+    chunk_text_in,
+    hidden_ids_in,
+    policy_codes,
+    query_style,
+)
+from labsrc.course.checks.result import (
+    CheckFailed,
+    CheckResult,
+)
+from labsrc.course.checks.runs import (
+    TRACE_VERSION_KEYS,
+    check_candidates_artifact,
+    check_dense_source,
+    check_failed_traces,
+    check_lane_comparison,
+)
+
+__all__ = [
+    "ADVERSARIAL_KINDS",
+    "CheckFailed",
+    "CheckResult",
+    "QUERY_STYLES",
+    "TRACE_VERSION_KEYS",
+    "check_adversarial_cases",
+    "check_candidates_artifact",
+    "check_dense_source",
+    "check_failed_traces",
+    "check_lane_comparison",
+    "check_positive_cases",
+    "chunk_text_in",
+    "hidden_ids_in",
+    "policy_codes",
+    "query_style",
+]
