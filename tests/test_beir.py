@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from beir_fixture import DOCS, QUERIES, write_tiny_beir
 
-from labsrc.lanes.analysis import english_analyzer
+from labsrc.boundary import permitted_chunks
 from labsrc.datasets import (
     ENV_VAR,
     UNIVERSE_CALLER,
@@ -18,6 +18,7 @@ from labsrc.datasets import (
     load_queries,
     resolve_dataset_dir,
 )
+from labsrc.errors import InvalidArgument, InvalidRecord, LabError
 from labsrc.evaluation import BeirLanes, convex_run, rrf_run
 from labsrc.evaluation.benchmark import (
     ALPHA_GRID,
@@ -27,9 +28,8 @@ from labsrc.evaluation.benchmark import (
     tune_alpha,
     write_trec_run,
 )
-from labsrc.boundary import permitted_chunks
-from labsrc.errors import InvalidArgument, InvalidRecord, LabError
-from labsrc.lanes.sparse import brute_force_bm25
+from labsrc.lanes.analysis import english_analyzer
+from labsrc.lanes.bm25 import brute_force_bm25
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
 import datetime as dt
 
 import pytest
+from factories import make_chunk
 
 import labsrc
-from factories import make_chunk
 from labsrc.boundary import BlockReason, BoundaryIndex
 
 

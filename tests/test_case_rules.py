@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 
+from factories import make_chunk
+
 import labsrc
 from labsrc.evaluation.case_rules import case_problems, cases_problems
-from factories import make_chunk
 
 DAY = dt.date(2026, 5, 27)
 LUNA = labsrc.Caller("luna", "EU", frozenset({"support:eu"}))

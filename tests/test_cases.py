@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from labsrc.records.cases import CASE_KINDS, NEGATIVE_KINDS, Case, load_cases
-from labsrc.errors import InvalidRecord
 from labsrc.datasets.lesson import fixtures_dir
+from labsrc.errors import InvalidRecord
+from labsrc.records.cases import CASE_KINDS, NEGATIVE_KINDS, Case, load_cases
 
 LESSON_CASES = fixtures_dir() / "lesson" / "cases.jsonl"
 CHUNK_IDS = {"eu-refurb-v2-rule", "eu-refurb-v1-rule", "merchant-vip-refurb", "eu-footwear-v1-rule", "eu-carrier-loss-v1"}

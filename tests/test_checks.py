@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from labsrc import Case, EVAL_DATE, HashingEncoder, PolicyRetriever, load_callers, load_cases, load_chunks
+from labsrc import (
+    EVAL_DATE,
+    Case,
+    HashingEncoder,
+    PolicyRetriever,
+    load_callers,
+    load_cases,
+    load_chunks,
+)
 from labsrc.course.checks import (
     CheckFailed,
     CheckResult,
@@ -23,9 +31,9 @@ from labsrc.course.checks import (
     query_style,
 )
 from labsrc.evaluation.config import GateConfig
-from labsrc.lanes.embed import embed_to_dir, load_embeddings
 from labsrc.evaluation.gates import release_gate
 from labsrc.evaluation.report import compact_trace
+from labsrc.lanes.embed import embed_to_dir, load_embeddings
 
 POLICIES = Path(__file__).resolve().parent.parent / "fixtures" / "policies"
 

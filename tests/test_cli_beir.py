@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from beir_fixture import write_tiny_beir
 
-from labsrc.datasets import ENV_VAR
-from labsrc.cli.main import main
 from labsrc.cli.beir import format_table
+from labsrc.cli.main import main
+from labsrc.datasets import ENV_VAR
 
 
 @pytest.fixture

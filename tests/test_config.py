@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from labsrc.datasets.lesson import fixtures_dir
+from labsrc.errors import InvalidArgument, InvalidRecord, MissingDependency
 from labsrc.evaluation.budgets import RETRIEVAL_BUDGET_MS
 from labsrc.evaluation.config import HYBRID_RULES, GateConfig, load_gate_config
-from labsrc.errors import InvalidArgument, InvalidRecord, MissingDependency
-from labsrc.datasets.lesson import fixtures_dir
 
 LESSON_CONFIG = fixtures_dir() / "lesson" / "gate.json"
 

@@ -2,9 +2,9 @@ import math
 
 import numpy as np
 import pytest
+from factories import make_chunk
 
 import labsrc
-from factories import make_chunk
 from labsrc.lanes.dense import EncoderVectors, HashingEncoder, cosine_similarity
 
 PARAPHRASE = "swap a broken reconditioned notebook"

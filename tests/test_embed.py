@@ -12,8 +12,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from factories import make_chunk
 
-from labsrc import HashingEncoder, InvalidArgument, InvalidRecord, MissingDependency, load_chunks
+from labsrc import (
+    HashingEncoder,
+    InvalidArgument,
+    InvalidRecord,
+    MissingDependency,
+    load_chunks,
+)
 from labsrc.cli.main import main
 from labsrc.lanes.embed import (
     MODEL_NAME,
@@ -26,8 +33,6 @@ from labsrc.lanes.embed import (
     texts_digest,
     vectors_match_texts,
 )
-
-from factories import make_chunk
 
 POLICIES = Path(__file__).resolve().parent.parent / "fixtures" / "policies"
 HAVE_EXTRA = importlib.util.find_spec("sentence_transformers") is not None and (

@@ -1,7 +1,7 @@
 import pytest
+from factories import make_chunk
 
 import labsrc
-from factories import make_chunk
 from labsrc.fusion.rrf import fuse_ranked_ids, rrf_contribution
 
 A, B, C = make_chunk("a"), make_chunk("b"), make_chunk("c")

@@ -7,11 +7,10 @@ import datetime as dt
 import pytest
 
 import labsrc
-from labsrc.records.cases import Case
-from labsrc.evaluation.config import GateConfig, load_gate_config
-from labsrc.errors import InvalidArgument
 from labsrc.datasets.lesson import fixtures_dir
+from labsrc.errors import InvalidArgument
 from labsrc.evaluation import LANES
+from labsrc.evaluation.config import GateConfig, load_gate_config
 from labsrc.evaluation.gates import (
     GATE_TABLE,
     CaseOutcome,
@@ -21,6 +20,7 @@ from labsrc.evaluation.gates import (
     run_cases,
 )
 from labsrc.evaluation.latency import LatencyReport
+from labsrc.records.cases import Case
 from labsrc.records.policy import Caller
 from labsrc.retriever.policy import PolicyRetriever
 from labsrc.trace import RetrievalTrace

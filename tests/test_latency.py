@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import labsrc
-from labsrc.evaluation.budgets import RETRIEVAL_BUDGET_MS, STAGES
-from labsrc.records.cases import Case
 from labsrc.errors import InvalidArgument
+from labsrc.evaluation.budgets import RETRIEVAL_BUDGET_MS, STAGES
 from labsrc.evaluation.latency import LatencyReport, measure_latency, percentile_ms
+from labsrc.records.cases import Case
 from labsrc.retriever.policy import PolicyRetriever
 
 

@@ -14,10 +14,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labsrc import EVAL_DATE, block_reasons, is_current, load_callers, load_cases, load_chunks
-from labsrc.course.checks import check_adversarial_cases, check_positive_cases, policy_codes, query_style
+from labsrc import (
+    EVAL_DATE,
+    block_reasons,
+    is_current,
+    load_callers,
+    load_cases,
+    load_chunks,
+)
 from labsrc.cli.main import main
-from labsrc.lanes.embed import document_text, load_embeddings, missing_model_fields, texts_digest
+from labsrc.course.checks import (
+    check_adversarial_cases,
+    check_positive_cases,
+    policy_codes,
+    query_style,
+)
+from labsrc.lanes.embed import (
+    document_text,
+    load_embeddings,
+    missing_model_fields,
+    texts_digest,
+)
 from labsrc.lanes.vectordir import NORM_TOLERANCE, read_id_list
 
 POLICIES = Path(__file__).resolve().parent.parent / "fixtures" / "policies"

@@ -3,7 +3,11 @@ import datetime as dt
 import pytest
 
 import labsrc
-from labsrc.patterns.postfilter import acl_overlay_chunks, compare_filter_placement, post_filter
+from labsrc.patterns.postfilter import (
+    acl_overlay_chunks,
+    compare_filter_placement,
+    post_filter,
+)
 
 DAY = dt.date(2026, 1, 1)
 ANALYST = labsrc.Caller("analyst", "GLOBAL", frozenset({"team:a"}))

@@ -2,9 +2,9 @@ import dataclasses
 import datetime as dt
 
 import pytest
+from factories import make_chunk
 
 import labsrc
-from factories import make_chunk
 
 
 def test_chunk_is_frozen():

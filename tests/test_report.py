@@ -9,11 +9,10 @@ import pandas as pd
 import pytest
 
 import labsrc
-from labsrc.evaluation.config import GateConfig, load_gate_config
-from labsrc.errors import InvalidArgument
 from labsrc.datasets.lesson import fixtures_dir
+from labsrc.errors import InvalidArgument
+from labsrc.evaluation.config import GateConfig, load_gate_config
 from labsrc.evaluation.gates import release_gate
-from labsrc.records.policy import Caller
 from labsrc.evaluation.report import (
     REPORT_FILES,
     REPORT_SCHEMA,
@@ -27,6 +26,7 @@ from labsrc.evaluation.report import (
     report_markdown,
     write_report,
 )
+from labsrc.records.policy import Caller
 from labsrc.retriever.policy import PolicyRetriever
 
 LESSON_CONFIG = load_gate_config(fixtures_dir() / "lesson" / "gate.json")

@@ -1,9 +1,9 @@
 import datetime as dt
 
 import pytest
+from factories import make_chunk
 
 import labsrc
-from factories import make_chunk
 
 PARAPHRASE = "swap a broken reconditioned notebook"
 
@@ -59,7 +59,7 @@ def test_retriever_rejects_duplicate_ids_and_unknown_weights(data):
         labsrc.PolicyRetriever(data.chunks, data.vectors, weights={"splade": 1.0})
 
 
-def test_indexes_are_built_once_per_permitted_set(data, monkeypatch):
+def test_one_index_for_every_permission_set(data, monkeypatch):
     builds = []
     original = labsrc.BM25Index.build.__func__
 
@@ -69,14 +69,15 @@ def test_indexes_are_built_once_per_permitted_set(data, monkeypatch):
 
     monkeypatch.setattr(labsrc.BM25Index, "build", classmethod(counting_build))
     retriever = labsrc.PolicyRetriever(data.chunks, data.vectors)
-    for query in ("RPL-14", "CLM-7", "refund", "footwear"):
-        retriever.search(query, data.luna, data.eval_date)
-    assert len(builds) == 1  # same caller and date: postings reused
-    # Another date with the same permitted set reuses them too; a different set builds anew.
-    retriever.search("RPL-14", data.luna, dt.date(2026, 6, 30))
-    assert len(builds) == 1
-    retriever.search("RPL-14", data.luna, dt.date(2026, 3, 1))
-    assert len(builds) == 2
+    visitor = labsrc.Caller("visitor", "APAC", frozenset())
+    for on_date in (data.eval_date, dt.date(2026, 3, 1), dt.date(2025, 1, 1)):
+        for caller in (data.luna, visitor):
+            for query in ("RPL-14", "CLM-7", "refund"):
+                retriever.search(query, caller, on_date)
+    assert len(builds) == 1  # one shared index; each permitted set only changes N, avgdl and df
+    # The statistics are cached per distinct mask, never per caller: two masks were seen
+    # for Luna (before and after the v2 rule took effect); the visitor's is empty.
+    assert len(retriever.engine.bm25._stats) <= 4
 
 
 def test_hashing_encoder_hybrid_on_a_larger_corpus():
@@ -88,3 +89,18 @@ def test_hashing_encoder_hybrid_on_a_larger_corpus():
     )
     ids = [c.chunk_id for c, _ in results]
     assert ids[0] == "c0005" and "hidden" not in ids
+
+
+def test_retriever_for_keys_a_tuple_by_identity_and_a_list_by_value():
+    from labsrc.retriever.policy import corpus_key, retriever_for
+
+    chunks = tuple(make_chunk(f"c{i}", f"refund rule {i}") for i in range(3))
+    encoder = labsrc.HashingEncoder(dimension=8)
+    assert corpus_key(chunks) == ("identity", id(chunks))  # O(1): no hashing of the corpus
+    assert retriever_for(chunks, encoder) is retriever_for(chunks, encoder)
+    as_list = list(chunks)
+    assert corpus_key(as_list) == ("values", chunks)
+    first = retriever_for(as_list, encoder)
+    as_list.append(make_chunk("c9", "new rule"))  # a list can change: keyed by value, a new retriever
+    assert retriever_for(as_list, encoder) is not first
+    assert len(retriever_for(as_list, encoder).chunks) == 4

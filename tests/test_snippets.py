@@ -1,7 +1,13 @@
 import pytest
 
 import labsrc
-from labsrc.patterns.snippets import Snippet, best_snippet, min_max, min_max_normalize, with_display_scores
+from labsrc.patterns.snippets import (
+    Snippet,
+    best_snippet,
+    min_max,
+    min_max_normalize,
+    with_display_scores,
+)
 
 TEXT = (
     "Refurbished devices are inspected before resale. "

@@ -3,12 +3,13 @@ import random
 
 import numpy as np
 import pytest
+from factories import make_chunk
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import labsrc
-from factories import make_chunk
-from labsrc.lanes.sparse import BM25Index, bm25_term_score, brute_force_bm25, idf_lucene, length_norm
+from labsrc.lanes.bm25 import bm25_term_score, brute_force_bm25, idf_lucene, length_norm
+from labsrc.lanes.sparse import BM25Index
 
 SHARED = "damaged refurbished laptop replacement after delivery"
 PARAPHRASE = "swap a broken reconditioned notebook"

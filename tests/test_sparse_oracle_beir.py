@@ -12,13 +12,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labsrc.lanes.analysis import english_analyzer
 from labsrc.datasets import find_dataset_dir, missing_data_reason
-from labsrc.evaluation import BeirLanes
-from labsrc.evaluation.benchmark import BenchmarkResult, load_lanes, run_benchmark, write_trec_run
 from labsrc.errors import InvalidArgument
+from labsrc.evaluation import BeirLanes
+from labsrc.evaluation.benchmark import (
+    BenchmarkResult,
+    load_lanes,
+    run_benchmark,
+    write_trec_run,
+)
 from labsrc.evaluation.metrics import evaluate_run
-from labsrc.lanes.sparse import BM25Index, bm25_term_score, brute_force_bm25
+from labsrc.lanes.analysis import english_analyzer
+from labsrc.lanes.bm25 import bm25_term_score, brute_force_bm25
+from labsrc.lanes.sparse import BM25Index
 
 # --- the fast path against the readable reference (no data needed) -------------------------
 

@@ -8,9 +8,14 @@ import pytest
 from beir_fixture import DOC_VECTORS, QUERIES, QUERY_VECTORS, unit_rows, write_vectors
 from factories import make_chunk
 
-from labsrc.lanes.dense import DenseSource, dense_rank
 from labsrc.errors import InvalidArgument, InvalidRecord
-from labsrc.lanes.vectordir import NORM_TOLERANCE, VectorDirectory, load_vector_dir, read_id_list
+from labsrc.lanes.dense import DenseSource, dense_rank
+from labsrc.lanes.vectordir import (
+    NORM_TOLERANCE,
+    VectorDirectory,
+    load_vector_dir,
+    read_id_list,
+)
 
 
 @pytest.fixture

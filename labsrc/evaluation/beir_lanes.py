@@ -17,7 +17,8 @@ from labsrc.evaluation.latency import Progress
 from labsrc.fusion.convex import check_alpha, convex_fusion
 from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k, fuse_ranked_ids
 from labsrc.lanes.analysis import Analyzer, english_analyzer
-from labsrc.lanes.sparse import DEFAULT_B, DEFAULT_K1, BM25Index, sparse_index_for
+from labsrc.lanes.bm25 import DEFAULT_B, DEFAULT_K1
+from labsrc.lanes.sparse import BM25Index, sparse_index_for
 from labsrc.lanes.vectordir import VectorDirectory
 from labsrc.ranking import check_top_k, top_k_positions
 

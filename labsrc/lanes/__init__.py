@@ -15,6 +15,15 @@ from labsrc.lanes.analysis import (
     lesson_analyzer,
     tokens,
 )
+from labsrc.lanes.bm25 import (
+    DEFAULT_B,
+    DEFAULT_K1,
+    TermExplanation,
+    bm25_term_score,
+    brute_force_bm25,
+    idf_lucene,
+    length_norm,
+)
 from labsrc.lanes.dense import (
     DenseIndex,
     DenseSource,
@@ -54,6 +63,12 @@ from labsrc.lanes.encoders import (
     EmbedderLoadError,
     SentenceTransformerEncoder,
 )
+from labsrc.lanes.permitted import (
+    PermittedBM25,
+    UniverseStats,
+    mask_key,
+    universe_stats,
+)
 from labsrc.lanes.persistence import (
     INDEX_FORMAT,
     analyzer_from_description,
@@ -63,13 +78,8 @@ from labsrc.lanes.persistence import (
 )
 from labsrc.lanes.sparse import (
     BM25Index,
-    TermExplanation,
     bm25_rank,
-    bm25_term_score,
-    brute_force_bm25,
     explain,
-    idf_lucene,
-    length_norm,
     sparse_index_for,
 )
 from labsrc.lanes.vectordir import (
@@ -82,6 +92,8 @@ from labsrc.lanes.vectordir import (
 __all__ = [
     "Analyzer",
     "BM25Index",
+    "DEFAULT_B",
+    "DEFAULT_K1",
     "DEFAULT_SENTENCE_MODEL",
     "DOCUMENT_TEXT_RECIPE",
     "DenseIndex",
@@ -101,11 +113,13 @@ __all__ = [
     "MatrixVectors",
     "NORM_TOLERANCE",
     "PROSE_TOKEN_PATTERN",
+    "PermittedBM25",
     "QUERY_TEXT_RECIPE",
     "REQUIRED_MODEL_FIELDS",
     "SentenceTransformerEncoder",
     "StoredEmbeddings",
     "TermExplanation",
+    "UniverseStats",
     "VectorDirectory",
     "analyzer_from_description",
     "as_dense_source",
@@ -129,6 +143,7 @@ __all__ = [
     "load_embeddings",
     "load_vector_dir",
     "load_vectors",
+    "mask_key",
     "minilm_encoder",
     "minilm_model_record",
     "missing_model_fields",
@@ -138,5 +153,6 @@ __all__ = [
     "sparse_index_for",
     "texts_digest",
     "tokens",
+    "universe_stats",
     "vectors_match_texts",
 ]

@@ -88,7 +88,9 @@ def _cosine(matrix: np.ndarray, row_norms: np.ndarray, vector: np.ndarray) -> np
         raise InvalidArgument(f"dimension mismatch: documents have {matrix.shape[1]}, query has {vector.shape[0]}")
     denominator = row_norms * np.linalg.norm(vector)
     out = np.zeros(matrix.shape[0], dtype=np.float64)
-    np.divide(matrix @ vector, denominator, out=out, where=denominator > 0)
+    # einsum, not ``matrix @ vector``: BLAS gemv blocks rows, so a row's last bit can depend on
+    # how many rows are stored; einsum's dot for a row does not (noninterference needs ==).
+    np.divide(np.einsum("ij,j->i", matrix, vector), denominator, out=out, where=denominator > 0)
     return out
 
 
@@ -298,12 +300,21 @@ class DenseIndex:
             return np.zeros(0)
         return _cosine(self.matrix, self.norms, query_vector)
 
-    def search(self, query: str, top_k: int) -> list[tuple[PolicyChunk, float]]:
-        """``(chunk, cosine)`` pairs with score > 0, by (score desc, chunk_id asc), at most ``top_k``."""
+    def search(self, query: str, top_k: int, mask: np.ndarray | None = None) -> list[tuple[PolicyChunk, float]]:
+        """``(chunk, cosine)`` pairs with score > 0, by (score desc, chunk_id asc), at most ``top_k``.
+
+        With ``mask`` (a boolean array over the rows), only the rows it keeps can
+        be returned: one matrix, masked per request, never a copy per universe.
+        A row's cosine does not depend on which other rows are stored or kept.
+        """
         top_k = check_top_k(top_k)
         if not query.strip() or not self.chunks:
             return []
         scores = self.scores(self.source.query_vector(query))
+        if mask is not None:
+            if mask.dtype != bool or mask.shape != scores.shape:
+                raise InvalidArgument(f"mask must be a boolean array of shape {scores.shape}, got {mask.dtype} {mask.shape}")
+            scores = np.where(mask, scores, 0.0)  # top_k_positions keeps only scores > 0
         return [(self.chunks[p], float(scores[p])) for p in top_k_positions(scores, top_k)]
 
 

@@ -1,8 +1,6 @@
 """The sparse lane: BM25 over an inverted index with postings.
 
-Scoring follows Robertson & Zaragoza (2009), "The Probabilistic Relevance
-Framework: BM25 and Beyond", with Lucene's always-positive idf (Kamphuis et al.,
-ECIR 2020, "Which BM25 Do You Mean?"). The index stores, for every term, the
+The formulas live in :mod:`labsrc.lanes.bm25`. The index stores, for every term, the
 documents containing it and the term frequency in each (the *postings*), so a
 query touches only the documents that share a term with it, never the whole
 corpus.
@@ -14,82 +12,27 @@ never shifts an idf or the average length (spec, "Statistics leak").
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from labsrc.cache import LRUCache
 from labsrc.errors import InvalidArgument
 from labsrc.lanes.analysis import Analyzer, lesson_analyzer
+from labsrc.lanes.bm25 import (
+    DEFAULT_B,
+    DEFAULT_K1,
+    TermExplanation,
+    bm25_term_score,
+    check_params,
+    idf_lucene,
+    length_norm,
+)
 from labsrc.ranking import check_top_k, top_k_positions
 from labsrc.records.policy import PolicyChunk, chunk_lookup
 
-__all__ = [
-    "BM25Index",
-    "TermExplanation",
-    "bm25_rank",
-    "bm25_term_score",
-    "brute_force_bm25",
-    "explain",
-    "idf_lucene",
-    "length_norm",
-    "sparse_index_for",
-]
-
-DEFAULT_K1 = 1.2
-DEFAULT_B = 0.75
-
-
-# --- the formulas -------------------------------------------------------------
-
-
-def idf_lucene(n_t: int | np.ndarray, n_docs: int) -> float | np.ndarray:
-    """idf(t) = ln(1 + (N − n_t + 0.5) / (n_t + 0.5)).
-
-    Lucene's variant of the Robertson–Spärck Jones weight; the ``1 +`` keeps it
-    positive even for a term in every document.
-    """
-    return np.log1p((n_docs - n_t + 0.5) / (n_t + 0.5))
-
-
-def length_norm(doc_len: float | np.ndarray, avgdl: float, b: float) -> float | np.ndarray:
-    """1 − b + b · |d| / avgdl: how much a document's length discounts its term counts."""
-    return 1.0 - b + b * doc_len / avgdl
-
-
-def bm25_term_score(
-    idf: float | np.ndarray, tf: float | np.ndarray, norm: float | np.ndarray, k1: float
-) -> float | np.ndarray:
-    """idf · f·(k1 + 1) / (f + k1 · norm)  (Robertson & Zaragoza 2009, eq. 3.15)."""
-    return idf * (tf * (k1 + 1.0)) / (tf + k1 * norm)
-
-
-def _check_params(k1: float, b: float) -> None:
-    if not (isinstance(k1, (int, float)) and math.isfinite(k1) and k1 >= 0):
-        raise InvalidArgument(f"k1 must be a finite number >= 0, not {k1!r}")
-    if not (isinstance(b, (int, float)) and 0 <= b <= 1):
-        raise InvalidArgument(f"b must be a number in [0, 1], not {b!r}")
-
-
-# --- explanation record -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TermExplanation:
-    """One query term's share of a document's BM25 score (for notebooks and debugging)."""
-
-    term: str
-    query_count: int  # how often the term occurs in the query
-    idf: float
-    tf: int
-    doc_len: int
-    avgdl: float
-    length_norm: float
-    contribution: float  # query_count · bm25_term_score(...); 0 when tf == 0
-
+__all__ = ["BM25Index", "bm25_rank", "explain", "sparse_index_for"]
 
 # --- the inverted index -------------------------------------------------------------
 
@@ -122,7 +65,7 @@ class BM25Index:
         k1: float,
         b: float,
     ) -> None:
-        _check_params(k1, b)
+        check_params(k1, b)
         self.ids: tuple[str, ...] = tuple(ids)
         self.doc_len = doc_len
         self.vocabulary = vocabulary
@@ -160,7 +103,7 @@ class BM25Index:
         b: float = DEFAULT_B,
     ) -> BM25Index:
         """Index ``(id, text)`` pairs. Ids must be unique."""
-        _check_params(k1, b)
+        check_params(k1, b)
         return cls.build_from_terms(
             ((doc_id, analyzer(text)) for doc_id, text in pairs), analyzer=analyzer, k1=k1, b=b
         )
@@ -180,7 +123,7 @@ class BM25Index:
         it on query text. Benchmarks and oracles use this to give every library
         the very same token lists.
         """
-        _check_params(k1, b)
+        check_params(k1, b)
         docs = sorted(((doc_id, terms) for doc_id, terms in pairs), key=lambda pair: pair[0])
         for (left, _), (right, _) in zip(docs, docs[1:]):
             if left == right:
@@ -300,39 +243,6 @@ class BM25Index:
                 TermExplanation(term, query_count, idf, tf, int(self.doc_len[pos]), self.avgdl, norm, contribution)
             )
         return rows
-
-
-# --- the readable reference -----------------------------------------------------------
-
-
-def brute_force_bm25(
-    query: str,
-    documents: Sequence[tuple[str, str]],
-    *,
-    analyzer: Callable[[str], list[str]] = lesson_analyzer,
-    k1: float = DEFAULT_K1,
-    b: float = DEFAULT_B,
-) -> dict[str, float]:
-    """BM25 written the slow, obvious way: rescan every document for every term.
-
-    O(N · |q| · |d|) -- fine for the lesson's five chunks, a reference for testing
-    :class:`BM25Index`, and the reason the index exists.
-    """
-    analysed = {doc_id: analyzer(text) for doc_id, text in documents}
-    n_docs = len(analysed)
-    if n_docs == 0:
-        return {}
-    avgdl = sum(len(terms) for terms in analysed.values()) / n_docs
-    scores = {}
-    for doc_id, terms in analysed.items():
-        score = 0.0
-        for term in analyzer(query):
-            n_t = sum(term in other for other in analysed.values())
-            f = terms.count(term)
-            if f:
-                score += bm25_term_score(idf_lucene(n_t, n_docs), f, length_norm(len(terms), avgdl, b), k1)
-        scores[doc_id] = float(score)
-    return scores
 
 
 # --- the lane over policy chunks -----------------------------------------------------

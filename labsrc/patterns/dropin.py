@@ -50,8 +50,8 @@ from labsrc.boundary import BoundaryIndex
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.fusion.rrf import fuse_ranked_ids
 from labsrc.fusion.weighted import FusionParams, adaptive_fusion_params
+from labsrc.lanes.bm25 import DEFAULT_B, DEFAULT_K1
 from labsrc.lanes.dense import Encoder, HashingEncoder, MatrixVectors, encode_checked
-from labsrc.lanes.sparse import DEFAULT_B, DEFAULT_K1
 from labsrc.patterns.dropin_records import POLICY_FIELDS, DropinRecord, record_from_dict
 from labsrc.patterns.dropin_text import DROPIN_ANALYZER, make_snippet, rrf, tokenize
 from labsrc.patterns.expansion import QueryExpander

@@ -23,7 +23,8 @@ from typing import Any
 
 from labsrc.errors import InvalidArgument
 from labsrc.lanes.analysis import lesson_analyzer
-from labsrc.lanes.sparse import DEFAULT_B, DEFAULT_K1, BM25Index
+from labsrc.lanes.bm25 import DEFAULT_B, DEFAULT_K1
+from labsrc.lanes.sparse import BM25Index
 from labsrc.ranking import check_top_k
 
 __all__ = ["Snippet", "best_snippet", "min_max", "min_max_normalize", "with_display_scores"]

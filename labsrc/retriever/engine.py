@@ -7,11 +7,14 @@ metadata filter). The engine never decides who may see what; it is handed a
 boolean mask over the stored chunks and answers for exactly the chunks the
 mask keeps.
 
+There is one BM25 index and one vector matrix per corpus, whatever the number
+of callers. The sparse lane takes N, avgdl and df from the masked chunks at
+request time (:class:`~labsrc.lanes.permitted.PermittedBM25`); the dense lane
+masks the matrix's scores. Nothing is built per caller or per permission set.
+
 **Noninterference.** A lane's ids, order and scores for a mask equal (``==``)
-those the same code gives over a corpus that holds only the masked chunks: the
-BM25 statistics (N, avgdl, df) are those of the masked chunks alone, and the
-dense lane scores only masked rows. Chunks are held sorted by ``chunk_id``, so a
-position is also the tie-break key.
+those the same code gives over a corpus that holds only the masked chunks.
+Chunks are held sorted by ``chunk_id``, so a position is also the tie-break key.
 """
 
 from __future__ import annotations
@@ -21,43 +24,16 @@ from functools import cached_property
 
 import numpy as np
 
-from labsrc.cache import LRUCache
 from labsrc.errors import InvalidArgument
 from labsrc.lanes.analysis import Analyzer, lesson_analyzer
+from labsrc.lanes.bm25 import DEFAULT_B, DEFAULT_K1
 from labsrc.lanes.dense import DenseIndex, DenseSource
-from labsrc.lanes.sparse import DEFAULT_B, DEFAULT_K1, BM25Index
+from labsrc.lanes.permitted import PermittedBM25, mask_key
+from labsrc.lanes.sparse import BM25Index
 from labsrc.ranking import check_top_k
 from labsrc.records.policy import PolicyChunk, chunk_lookup
 
 __all__ = ["LaneEngine", "mask_key"]
-
-
-def mask_key(mask: np.ndarray) -> bytes:
-    """A compact, hashable key for a boolean mask (one bit per stored chunk)."""
-    return np.packbits(mask).tobytes()
-
-
-class _Universe:
-    """Both lanes' indexes over one permitted set, each built on first use and reused."""
-
-    def __init__(self, engine: LaneEngine, positions: np.ndarray) -> None:
-        self._engine = engine
-        self.positions = positions
-        self.chunks = tuple(engine.chunks[p] for p in positions.tolist())
-
-    @cached_property
-    def bm25(self) -> BM25Index:
-        e = self._engine
-        pairs = ((e.chunks[p].chunk_id, e.index_texts[p]) for p in self.positions.tolist())
-        return BM25Index.build(pairs, analyzer=e.analyzer, k1=e.k1, b=e.b)
-
-    @cached_property
-    def dense(self) -> DenseIndex:
-        return DenseIndex(self.chunks, self._engine.source)
-
-    @cached_property
-    def by_id(self) -> dict[str, PolicyChunk]:
-        return {c.chunk_id: c for c in self.chunks}
 
 
 class LaneEngine:
@@ -75,6 +51,8 @@ class LaneEngine:
         (default: each chunk's ``text``).
     analyzer, k1, b:
         The sparse lane's analyzer and BM25 parameters.
+    cache_size:
+        How many distinct masks keep their N_U and avgdl_U (cheap to recompute).
     """
 
     def __init__(
@@ -86,7 +64,7 @@ class LaneEngine:
         analyzer: Analyzer | Callable[[str], list[str]] = lesson_analyzer,
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
-        cache_size: int = 8,
+        cache_size: int = 64,
     ) -> None:
         given = tuple(chunk_lookup(chunks).values())
         if index_texts is not None and len(index_texts) != len(given):
@@ -100,10 +78,23 @@ class LaneEngine:
         self.analyzer = analyzer
         self.k1 = k1
         self.b = b
-        self._universes: LRUCache[_Universe] = LRUCache(maxsize=cache_size)
+        self.cache_size = cache_size
 
     def __len__(self) -> int:
         return len(self.chunks)
+
+    @cached_property
+    def bm25(self) -> PermittedBM25:
+        """The one BM25 index over every stored chunk, scored with per-request statistics."""
+        index = BM25Index.build(
+            zip((c.chunk_id for c in self.chunks), self.index_texts), analyzer=self.analyzer, k1=self.k1, b=self.b
+        )
+        return PermittedBM25(index, cache_size=self.cache_size)
+
+    @cached_property
+    def dense_index(self) -> DenseIndex:
+        """The one vector matrix over every stored chunk (rows in chunk_id order)."""
+        return DenseIndex(self.chunks, self.source)
 
     def _check_mask(self, mask: np.ndarray) -> np.ndarray:
         mask = np.asarray(mask)
@@ -122,27 +113,19 @@ class LaneEngine:
         mask[[self.positions[i] for i in chunk_ids]] = True
         return mask
 
-    def universe(self, mask: np.ndarray) -> _Universe:
-        """The lanes' view of the masked chunks (cached per distinct mask, never per caller)."""
-        mask = self._check_mask(mask)
-        return self._universes.get_or_build(mask_key(mask), lambda: _Universe(self, np.flatnonzero(mask)))
-
     def sparse(self, mask: np.ndarray, query: str, top_k: int) -> list[tuple[PolicyChunk, float]]:
         """BM25 over the masked chunks only, statistics included: ``(chunk, score)`` with score > 0."""
         top_k = check_top_k(top_k)
-        if not query.strip():
+        mask = self._check_mask(mask)
+        if not query.strip() or not mask.any():
             return []
-        universe = self.universe(mask)
-        if not universe.chunks:
-            return []
-        return [(universe.by_id[i], s) for i, s in universe.bm25.search(query, top_k)]
+        hits = self.bm25.search_terms(self.analyzer(query), mask, top_k)
+        return [(self.chunks[p], s) for p, s in hits]
 
     def dense(self, mask: np.ndarray, query: str, top_k: int) -> list[tuple[PolicyChunk, float]]:
         """Cosine over the masked chunks only: ``(chunk, score)`` with score > 0."""
         top_k = check_top_k(top_k)
-        if not query.strip():
+        mask = self._check_mask(mask)
+        if not query.strip() or not mask.any():
             return []
-        universe = self.universe(mask)
-        if not universe.chunks:
-            return []
-        return universe.dense.search(query, top_k)
+        return self.dense_index.search(query, top_k, mask)

@@ -17,8 +17,8 @@ from labsrc.cache import LRUCache
 from labsrc.errors import InvalidArgument
 from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k, reciprocal_rank_fusion
 from labsrc.lanes.analysis import Analyzer, lesson_analyzer
+from labsrc.lanes.bm25 import DEFAULT_B, DEFAULT_K1
 from labsrc.lanes.dense import DenseSource, Encoder, as_dense_source
-from labsrc.lanes.sparse import DEFAULT_B, DEFAULT_K1
 from labsrc.ranking import check_top_k
 from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
 from labsrc.retriever.engine import LaneEngine
@@ -153,18 +153,30 @@ class PolicyRetriever:
         return RetrievalResult(tuple(sparse), tuple(dense), tuple(fused), trace)
 
 
-_RETRIEVERS: LRUCache[PolicyRetriever] = LRUCache(maxsize=4)
+_RETRIEVERS: LRUCache[tuple[Sequence[PolicyChunk], PolicyRetriever]] = LRUCache(maxsize=4)
+
+
+def corpus_key(chunks: Sequence[PolicyChunk]) -> tuple[str, object]:
+    """How :func:`retriever_for` recognises a corpus it has seen: O(1) for a tuple.
+
+    A tuple of frozen chunks cannot change, so its identity names its contents:
+    the key is ``id(chunks)``, and the cache keeps the tuple alive (so the id
+    cannot be reused) and checks ``is`` on a hit. Any other sequence (a list can
+    change between calls) is keyed by its values, which hashes the whole corpus:
+    pass a tuple, as :func:`~labsrc.datasets.lesson` does, to avoid that cost.
+    """
+    if type(chunks) is tuple:
+        return ("identity", id(chunks))
+    return ("values", tuple(chunks))
 
 
 def retriever_for(chunks: Sequence[PolicyChunk], vectors: DenseSource | Encoder) -> PolicyRetriever:
-    """A cached :class:`PolicyRetriever` for this exact corpus and dense source.
-
-    Keyed by the chunks' values, so a changed corpus gets a fresh retriever
-    (and fresh indexes) automatically.
-    """
-    corpus = tuple(chunks)
+    """A cached :class:`PolicyRetriever` for this exact corpus and dense source (see :func:`corpus_key`)."""
     source = as_dense_source(vectors)
-    return _RETRIEVERS.get_or_build(("retriever", corpus, source), lambda: PolicyRetriever(corpus, source))
+    key = (corpus_key(chunks), source)
+    # The entry holds the corpus itself, so an identity key's tuple stays alive while cached.
+    _, retriever = _RETRIEVERS.get_or_build(key, lambda: (chunks, PolicyRetriever(chunks, source)))
+    return retriever
 
 
 def hybrid_rank(

@@ -1,0 +1,156 @@
+"""BM25 with the permitted universe's statistics, computed per request over one shared index.
+
+One inverted index holds every stored chunk (its postings, term frequencies and
+document lengths). A request brings the boundary's mask, and BM25 is scored
+with the statistics of the permitted universe U only:
+
+* N_U = |U|, the number of permitted documents;
+* avgdl_U = Σ_{d∈U} |d| / N_U, their average length;
+* df_U(t) = |{d ∈ U : t ∈ d}|, the mask applied to the term's postings.
+
+Nothing is rebuilt per caller: N_U and avgdl_U are cached per distinct mask
+(never per caller), and df_U is a count over the postings the query touches
+anyway. So the cost of a request follows the postings of its terms.
+
+**Exactness.** Every number above is an integer count or a sum of integer
+lengths (exact in float64), and each document's score adds its terms'
+contributions in the query's term order, starting from 0. The scores a caller
+gets are therefore equal (``==``) to those the same code gives over a corpus that
+holds only the permitted chunks, and match :func:`~labsrc.lanes.bm25.brute_force_bm25`
+to rounding; the property tests check both.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from labsrc.cache import LRUCache
+from labsrc.errors import InvalidArgument
+from labsrc.lanes.bm25 import bm25_term_score, idf_lucene, length_norm
+from labsrc.lanes.sparse import BM25Index
+from labsrc.ranking import check_top_k, top_k_positions
+
+__all__ = ["PermittedBM25", "UniverseStats", "mask_key", "universe_stats"]
+
+
+def mask_key(mask: np.ndarray) -> bytes:
+    """A compact, hashable key for a boolean mask (one bit per stored chunk)."""
+    return np.packbits(mask).tobytes()
+
+
+@dataclass(frozen=True)
+class UniverseStats:
+    """The corpus statistics of one permitted universe: N_U and avgdl_U."""
+
+    n_docs: int
+    total_len: float
+    avgdl: float
+
+
+def universe_stats(doc_len: np.ndarray, mask: np.ndarray) -> UniverseStats:
+    """N_U and avgdl_U = Σ |d| / N_U over the documents the mask keeps (0 for an empty universe)."""
+    n_docs = int(np.count_nonzero(mask))
+    total = float(doc_len[mask].sum())  # integer lengths: the float sum is exact in any order
+    return UniverseStats(n_docs, total, total / n_docs if n_docs else 0.0)
+
+
+class PermittedBM25:
+    """BM25 over a shared :class:`~labsrc.lanes.sparse.BM25Index`, with statistics from a mask.
+
+    Parameters
+    ----------
+    index:
+        The one index over every stored document (positions sorted by id).
+    cache_size:
+        How many distinct masks keep their N_U and avgdl_U.
+    """
+
+    def __init__(self, index: BM25Index, *, cache_size: int = 64) -> None:
+        self.index = index
+        self._doc_len = np.asarray(index.doc_len, dtype=np.float64)
+        self._tf = np.asarray(index.tf, dtype=np.float64)
+        self._stats: LRUCache[UniverseStats] = LRUCache(maxsize=cache_size)
+
+    def _check_mask(self, mask: np.ndarray) -> np.ndarray:
+        mask = np.asarray(mask)
+        if mask.dtype != bool or mask.shape != (self.index.n_docs,):
+            raise InvalidArgument(
+                f"mask must be a boolean array of shape ({self.index.n_docs},), got {mask.dtype} {mask.shape}"
+            )
+        return mask
+
+    def stats(self, mask: np.ndarray) -> UniverseStats:
+        """N_U and avgdl_U for ``mask``, cached by the mask's bits (never by who asked)."""
+        mask = self._check_mask(mask)
+        return self._stats.get_or_build(mask_key(mask), lambda: universe_stats(self._doc_len, mask))
+
+    def df(self, term: str, mask: np.ndarray) -> int:
+        """df_U(t): the permitted documents containing ``term``."""
+        t = self.index.vocabulary.get(term)
+        if t is None:
+            return 0
+        lo, hi = self.index.ptr[t], self.index.ptr[t + 1]
+        return int(np.count_nonzero(self._check_mask(mask)[self.index.doc_pos[lo:hi]]))
+
+    def score_terms(self, terms: Sequence[str], mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(positions, scores)`` of every permitted document sharing a term with the query.
+
+        Positions are ascending (id order). A term repeated in the query counts
+        once per occurrence, as in :class:`~labsrc.lanes.sparse.BM25Index`.
+        """
+        if isinstance(terms, str):
+            raise InvalidArgument("score_terms takes a list of terms, not one string")
+        mask = self._check_mask(mask)
+        stats = self.stats(mask)
+        empty = (np.zeros(0, dtype=np.intp), np.zeros(0))
+        if stats.n_docs == 0:
+            return empty
+        index, k1, b = self.index, self.index.k1, self.index.b
+        docs_per_term: list[np.ndarray] = []
+        tfs: list[np.ndarray] = []
+        counts: list[int] = []
+        for term, query_count in Counter(terms).items():  # first-occurrence order: the summation order
+            t = index.vocabulary.get(term)
+            if t is None:
+                continue
+            lo, hi = index.ptr[t], index.ptr[t + 1]
+            postings = index.doc_pos[lo:hi]
+            keep = mask[postings]
+            docs = postings[keep]
+            if docs.size:
+                docs_per_term.append(docs)
+                tfs.append(self._tf[lo:hi][keep])
+                counts.append(query_count)
+        if not docs_per_term:
+            return empty
+        df = np.array([d.size for d in docs_per_term], dtype=np.int64)
+        idf = idf_lucene(df, stats.n_docs)
+        parts = []
+        for i, docs in enumerate(docs_per_term):
+            norm = length_norm(self._doc_len[docs], stats.avgdl, b)
+            part = bm25_term_score(idf[i], tfs[i], norm, k1)
+            parts.append(part if counts[i] == 1 else counts[i] * part)
+        all_docs = np.concatenate(docs_per_term)
+        positions, slot = np.unique(all_docs, return_inverse=True)
+        # bincount adds in input order, i.e. term by term in query order, from 0: one fixed order.
+        scores = np.bincount(slot, weights=np.concatenate(parts), minlength=positions.size)
+        return positions, scores
+
+    def search_terms(self, terms: Sequence[str], mask: np.ndarray, top_k: int) -> list[tuple[int, float]]:
+        """The ``top_k`` ``(position, score)`` pairs with score > 0, by (score desc, position asc)."""
+        top_k = check_top_k(top_k)
+        positions, scores = self.score_terms(terms, mask)
+        best = top_k_positions(scores, top_k)
+        return list(zip(positions[best].tolist(), scores[best].tolist()))
+
+    def search(self, query: str, mask: np.ndarray, top_k: int) -> list[tuple[str, float]]:
+        """The ``top_k`` ``(id, score)`` pairs for ``query`` within the mask's universe."""
+        top_k = check_top_k(top_k)
+        if not query.strip():
+            return []
+        ids = self.index.ids
+        return [(ids[p], s) for p, s in self.search_terms(self.index.analyzer(query), mask, top_k)]
