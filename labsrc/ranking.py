@@ -10,7 +10,7 @@ import numpy as np
 
 from labsrc.errors import InvalidArgument
 
-__all__ = ["check_top_k", "top_k_positions"]
+__all__ = ["block_max_threshold", "check_top_k", "top_k_positions"]
 
 
 def check_top_k(top_k: object, name: str = "top_k") -> int:
@@ -22,15 +22,35 @@ def check_top_k(top_k: object, name: str = "top_k") -> int:
     return int(top_k)
 
 
+def block_max_threshold(scores: np.ndarray, top_k: int) -> float:
+    """A lower bound on the ``top_k``-th largest score, from the maxima of blocks of scores.
+
+    Split the scores into ``B >= top_k`` blocks and take each block's maximum. The
+    ``top_k``-th largest of those maxima, τ, is the maximum of ``top_k`` different
+    blocks, so at least ``top_k`` scores are >= τ: every score in the top k is >= τ.
+    Blocks are strided (element i is in block i mod B), so one vectorised ``max``
+    over a (L, B) view finds all maxima; elements past the last full row are left
+    out, which keeps the bound valid. Returns ``-inf`` when there are too few scores.
+    """
+    blocks = max(4 * top_k, 256)
+    rows = scores.size // blocks
+    if rows < 2:
+        return float("-inf")
+    maxima = scores[: rows * blocks].reshape(rows, blocks).max(axis=0)
+    return float(np.partition(maxima, blocks - top_k)[blocks - top_k])
+
+
 def top_k_positions(scores: np.ndarray, top_k: int) -> np.ndarray:
     """Positions of the ``top_k`` best *positive* scores, by (score desc, position asc).
 
-    Never sorts the whole array: ``np.partition`` finds the k-th largest score in
-    linear time, and only the candidates at or above it are sorted. Candidates tied
-    with the k-th score are all kept before sorting, so the cut is exact.
+    Never sorts the whole array. :func:`block_max_threshold` gives a score τ that
+    the k-th best is at least; only the scores >= τ (and > 0) are candidates,
+    usually a few times ``top_k``, and only they are sorted. Candidates tied with
+    the k-th score are all kept before sorting, so the cut is exact.
     """
-    candidates = np.flatnonzero(scores > 0)
-    if candidates.size > top_k:
+    threshold = block_max_threshold(scores, top_k)
+    candidates = np.flatnonzero(scores >= threshold) if threshold > 0 else np.flatnonzero(scores > 0)
+    if candidates.size > 4 * top_k:
         values = scores[candidates]
         kth_largest = np.partition(values, values.size - top_k)[values.size - top_k]
         candidates = candidates[values >= kth_largest]

@@ -134,11 +134,14 @@ class PermittedBM25:
             norm = length_norm(self._doc_len[docs], stats.avgdl, b)
             part = bm25_term_score(idf[i], tfs[i], norm, k1)
             parts.append(part if counts[i] == 1 else counts[i] * part)
-        all_docs = np.concatenate(docs_per_term)
-        positions, slot = np.unique(all_docs, return_inverse=True)
+        all_docs, weights = np.concatenate(docs_per_term), np.concatenate(parts)
         # bincount adds in input order, i.e. term by term in query order, from 0: one fixed order.
-        scores = np.bincount(slot, weights=np.concatenate(parts), minlength=positions.size)
-        return positions, scores
+        if all_docs.size * 8 > index.n_docs:  # many postings: a dense accumulator beats sorting them
+            dense = np.bincount(all_docs, weights=weights, minlength=index.n_docs)
+            positions = np.flatnonzero(dense)  # every contribution is > 0
+            return positions, dense[positions]
+        positions, slot = np.unique(all_docs, return_inverse=True)
+        return positions, np.bincount(slot, weights=weights, minlength=positions.size)
 
     def search_terms(self, terms: Sequence[str], mask: np.ndarray, top_k: int) -> list[tuple[int, float]]:
         """The ``top_k`` ``(position, score)`` pairs with score > 0, by (score desc, position asc)."""

@@ -29,10 +29,14 @@ from labsrc.lanes.bm25 import (
     idf_lucene,
     length_norm,
 )
+from labsrc.lanes.maxscore import TermPostings, maxscore_candidates, score_candidates
 from labsrc.ranking import check_top_k, top_k_positions
 from labsrc.records.policy import PolicyChunk, chunk_lookup
 
 __all__ = ["BM25Index", "bm25_rank", "explain", "sparse_index_for"]
+
+#: Below this many postings a query is scored exhaustively: pruning's bookkeeping would cost more.
+_PRUNE_FROM_POSTINGS = 20_000
 
 # --- the inverted index -------------------------------------------------------------
 
@@ -90,6 +94,8 @@ class BM25Index:
         # Plain-Python copies for the per-query hot path: indexing a list is cheaper than a NumPy scalar.
         self._ptr = [int(x) for x in ptr]
         self._postings = np.asarray(doc_pos, dtype=np.intp)
+        # Each term's largest contribution: MaxScore's upper bound (every term has a posting).
+        self._bounds = np.maximum.reduceat(self.impact, ptr[:-1]).tolist() if self.impact.size else []
 
     # --- building ---------------------------------------------------------------
 
@@ -183,22 +189,30 @@ class BM25Index:
         return self.score_terms(self.analyzer(query))
 
     def score_terms(self, terms: Sequence[str]) -> np.ndarray:
-        """:meth:`score_all` for a query that is already analysed into ``terms``."""
+        """:meth:`score_all` for a query that is already analysed into ``terms``.
+
+        One gather and one ``bincount`` for all of the query's postings: the
+        postings and impacts of its terms are concatenated in query order, and
+        ``bincount`` adds them in that order from 0, so each document's score is
+        the same sum, in the same order, as adding term by term.
+        """
         if isinstance(terms, str):
             raise InvalidArgument("score_terms takes a list of terms; use score_all for query text")
-        scores = np.zeros(self.n_docs, dtype=np.float64)
-        ptr, vocabulary, postings, impact = self._ptr, self.vocabulary, self._postings, self.impact
+        ptr, postings, impacts = self._ptr, self._postings, self.impact
+        docs, weights = [], []
         for term, query_count in Counter(terms).items():
-            t = vocabulary.get(term)
-            if t is None:
-                continue
-            lo, hi = ptr[t], ptr[t + 1]
-            # A document occurs once per posting list, so fancy-index += is a safe scatter-add.
-            if query_count == 1:
-                scores[postings[lo:hi]] += impact[lo:hi]
-            else:
-                scores[postings[lo:hi]] += query_count * impact[lo:hi]
-        return scores
+            t = self.vocabulary.get(term)
+            if t is not None:
+                lo, hi = ptr[t], ptr[t + 1]
+                docs.append(postings[lo:hi])
+                weights.append(impacts[lo:hi] if query_count == 1 else query_count * impacts[lo:hi])
+        if not docs:
+            return np.zeros(self.n_docs, dtype=np.float64)
+        if len(docs) == 1:
+            scores = np.zeros(self.n_docs, dtype=np.float64)
+            scores[docs[0]] = weights[0]  # a term's postings hold each document once
+            return scores
+        return np.bincount(np.concatenate(docs), np.concatenate(weights), minlength=self.n_docs)
 
     def search(self, query: str, top_k: int) -> list[tuple[str, float]]:
         """The ``top_k`` ``(id, score)`` pairs with score > 0, by (score desc, id asc)."""
@@ -208,11 +222,35 @@ class BM25Index:
         return self._top(self.score_all(query), top_k)
 
     def search_terms(self, terms: Sequence[str], top_k: int) -> list[tuple[str, float]]:
-        """:meth:`search` for a query that is already analysed into ``terms``."""
+        """:meth:`search` for a query that is already analysed into ``terms``.
+
+        Large queries are pruned with MaxScore (:mod:`labsrc.lanes.maxscore`):
+        the result is exactly exhaustive scoring's top ``top_k``, ids and scores.
+        """
         top_k = check_top_k(top_k)
         if self.n_docs == 0:
             return []
+        if isinstance(terms, str):
+            raise InvalidArgument("search_terms takes a list of terms; use search for query text")
+        lists = self._term_lists(terms)
+        if sum(p.size for p, _, _, _ in lists) > _PRUNE_FROM_POSTINGS:
+            candidates = maxscore_candidates(lists, top_k, self.n_docs)
+            if candidates is not None:
+                scores = score_candidates(lists, candidates)
+                best = top_k_positions(scores, top_k)
+                return list(zip([self.ids[p] for p in candidates[best].tolist()], scores[best].tolist()))
         return self._top(self.score_terms(terms), top_k)
+
+    def _term_lists(self, terms: Sequence[str]) -> list[TermPostings]:
+        """Each known query term's postings, contributions (times its query count) and their bound."""
+        ptr, postings, impacts, bounds = self._ptr, self._postings, self.impact, self._bounds
+        lists = []
+        for term, query_count in Counter(terms).items():
+            t = self.vocabulary.get(term)
+            if t is not None:
+                lo, hi = ptr[t], ptr[t + 1]
+                lists.append((postings[lo:hi], impacts[lo:hi], bounds[t], query_count))
+        return lists
 
     def _top(self, scores: np.ndarray, top_k: int) -> list[tuple[str, float]]:
         positions = top_k_positions(scores, top_k)

@@ -1,0 +1,149 @@
+"""BM25 at scale: query throughput against corpus size, labsrc and bm25s, on synthetic Zipf text.
+
+Documents have 10-60 tokens drawn from a Zipf vocabulary (exponent 1.1, 200,000
+word types); queries have 3-8 tokens drawn from the same distribution, so
+they contain common words, as real queries do. Every library gets the same
+token lists, top-10, one thread. Rows:
+
+* ``labsrc index``: :class:`labsrc.lanes.BM25Index` over the whole corpus;
+* ``labsrc permitted``: :class:`labsrc.lanes.permitted.PermittedBM25`, the same
+  index scored with per-request statistics (here every document is permitted);
+* ``bm25s numba``: bm25s with ``backend="numba"``, ``n_threads=0`` and numba pinned
+  to one thread (its fastest single-thread configuration);
+* ``bm25s numpy``: bm25s's default backend, ``n_threads=0``.
+
+Results are checked equal to labsrc's exhaustive scoring on a sample of queries.
+
+    python benchmarks/bench_bm25_scale.py [--sizes 10000,100000,1000000] [--queries 200] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from labsrc.lanes import BM25Index  # noqa: E402
+from labsrc.lanes.permitted import PermittedBM25  # noqa: E402
+
+VOCABULARY = 200_000
+
+
+def zipf_tokens(rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` word ids from a Zipf(1.1) distribution truncated to the vocabulary."""
+    out = np.empty(0, dtype=np.int64)
+    while out.size < count:
+        draw = rng.zipf(1.1, size=2 * (count - out.size))
+        out = np.concatenate([out, draw[draw <= VOCABULARY] - 1])
+    return out[:count]
+
+
+def synthetic(n_docs: int, n_queries: int, seed: int = 0) -> tuple[list[list[str]], list[list[str]]]:
+    rng = np.random.default_rng(seed)
+    words = np.array([f"w{i}" for i in range(VOCABULARY)], dtype=object)
+    lengths = rng.integers(10, 61, size=n_docs)
+    flat = words[zipf_tokens(rng, int(lengths.sum()))]
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    docs = [flat[lo:hi].tolist() for lo, hi in zip(bounds[:-1], bounds[1:])]
+    q_lengths = rng.integers(3, 9, size=n_queries)
+    queries = [words[zipf_tokens(rng, int(k))].tolist() for k in q_lengths]
+    return docs, queries
+
+
+def best_of(repeats: int, fn: Callable[[], object]) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure(n_docs: int, n_queries: int, top_k: int, repeats: int) -> dict[str, object]:
+    import bm25s
+    import numba
+
+    numba.set_num_threads(1)
+    docs, queries = synthetic(n_docs, n_queries)
+    ids = [f"d{i:08d}" for i in range(n_docs)]
+    t0 = time.perf_counter()
+    index = BM25Index.build_from_terms(zip(ids, docs), analyzer=str.split)
+    build = {"labsrc": time.perf_counter() - t0}
+    permitted, everything = PermittedBM25(index), np.ones(n_docs, dtype=bool)
+    engines = {}
+    for backend in ("numba", "numpy"):
+        t0 = time.perf_counter()
+        engine = bm25s.BM25(method="lucene", k1=1.2, b=0.75, backend=backend)
+        engine.index(docs, show_progress=False)
+        build[f"bm25s {backend}"] = time.perf_counter() - t0
+        engines[backend] = engine
+    del docs
+
+    def bm25s_run(backend: str) -> Callable[[], object]:
+        engine = engines[backend]
+        return lambda: engine.retrieve(queries, k=top_k, n_threads=0, show_progress=False, backend_selection=backend)
+
+    for backend in engines:  # the first numba call compiles; keep it out of the timings
+        bm25s_run(backend)()
+    seconds = {
+        "labsrc index": best_of(repeats, lambda: [index.search_terms(q, top_k) for q in queries]),
+        "labsrc permitted": best_of(repeats, lambda: [permitted.search_terms(q, everything, top_k) for q in queries]),
+        "bm25s numba": best_of(repeats, bm25s_run("numba")),
+        "bm25s numpy": best_of(repeats, bm25s_run("numpy")),
+    }
+    # Exactness: the fast paths return what exhaustive scoring ranks first.
+    for q in queries[:20]:
+        exhaustive = index.score_terms(q)
+        order = np.lexsort((np.arange(n_docs), -exhaustive))[:top_k]
+        expected = [(ids[p], float(exhaustive[p])) for p in order if exhaustive[p] > 0]
+        if index.search_terms(q, top_k) != expected:
+            raise SystemExit("labsrc's top-k differs from exhaustive scoring")
+    return {
+        "documents": n_docs,
+        "queries": n_queries,
+        "qps": {name: n_queries / s for name, s in seconds.items()},
+        "build_s": build,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--top-k", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", metavar="OUT")
+    args = parser.parse_args()
+    try:
+        import bm25s  # noqa: F401
+        import numba  # noqa: F401
+    except ImportError as exc:
+        print(f"bench_bm25_scale: needs bm25s and numba (pip install -e '.[bench]'): {exc}", file=sys.stderr)
+        return 2
+    rows = []
+    for size in [int(s) for s in args.sizes.split(",")]:
+        row = measure(size, args.queries, args.top_k, args.repeats)
+        rows.append(row)
+        qps = row["qps"]
+        fastest_peer = max(v for k, v in qps.items() if not k.startswith("labsrc"))
+        print(f"\n{size:,} documents, {args.queries} queries, top-{args.top_k}, one thread (queries/s)")
+        for name, value in qps.items():
+            print(f"  {name:<18}{value:>10.0f}   {value / fastest_peer:5.2f}x the fastest peer")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"top_k": args.top_k, "rows": rows}, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""labsrc.lanes.maxscore and the pruned BM25Index.search_terms: exactly exhaustive scoring's top k."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from labsrc.lanes import BM25Index
+from labsrc.lanes.maxscore import maxscore_candidates, score_candidates
+from labsrc.ranking import block_max_threshold, top_k_positions
+
+
+def exhaustive_top(index: BM25Index, terms: list[str], k: int) -> list[tuple[str, float]]:
+    scores = index.score_terms(terms)
+    order = np.lexsort((np.arange(scores.size), -scores))[:k]
+    return [(index.ids[p], float(scores[p])) for p in order if scores[p] > 0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.sampled_from([1, 3, 10, 50]), words=st.integers(3, 8))
+def test_pruned_search_equals_exhaustive_scoring(seed, k, words):
+    rng = np.random.default_rng(seed)
+    # A Zipf corpus large enough to prune: common words in most documents, rare ones in few.
+    vocabulary = [f"w{i}" for i in range(400)]
+    ranks = np.minimum(rng.zipf(1.3, size=(3000, 20)), 400) - 1
+    docs = [[vocabulary[r] for r in row[: rng.integers(5, 20)]] for row in ranks]
+    index = BM25Index.build_from_terms(((f"d{i:05d}", d) for i, d in enumerate(docs)), analyzer=str.split)
+    query = [vocabulary[r] for r in np.minimum(rng.zipf(1.3, size=words), 400) - 1]
+    lists = index._term_lists(query)
+    assert sum(p.size for p, _, _, _ in lists) > 1000  # the common words make the postings long
+    candidates = maxscore_candidates(lists, k, index.n_docs)
+    truth = exhaustive_top(index, query, k)
+    if candidates is not None:
+        scores = score_candidates(lists, candidates)
+        best = top_k_positions(scores, k)
+        assert [(index.ids[p], float(s)) for p, s in zip(candidates[best], scores[best])] == truth
+        assert set(truth) <= {(index.ids[p], float(s)) for p, s in zip(candidates, scores)}
+    assert index.search_terms(query, k) == truth
+
+
+def test_common_words_are_not_scanned():
+    # Two rare terms, one word in every document: the rare ones decide, the common one is looked up.
+    docs = [["common"] * 3 + (["rare"] if i % 500 == 0 else []) + (["odd"] if i % 700 == 0 else []) for i in range(5000)]
+    index = BM25Index.build_from_terms(((f"d{i:05d}", d) for i, d in enumerate(docs)), analyzer=str.split)
+    lists = index._term_lists(["rare", "odd", "common"])
+    candidates = maxscore_candidates(lists, 3, index.n_docs)
+    assert candidates is not None and candidates.size <= 20  # not 5,000
+    assert index.search_terms(["rare", "odd", "common"], 3) == exhaustive_top(index, ["rare", "odd", "common"], 3)
+
+
+def test_block_max_threshold_is_a_lower_bound_on_the_kth_score():
+    rng = np.random.default_rng(3)
+    scores = rng.random(10_000)
+    for k in (1, 10, 100):
+        tau = block_max_threshold(scores, k)
+        kth = np.sort(scores)[-k]
+        assert tau <= kth
+        assert np.count_nonzero(scores >= tau) < 40 * k  # few candidates survive
+    assert block_max_threshold(scores[:100], 10) == float("-inf")  # too few scores for blocks
+
+
+@pytest.mark.parametrize("size", [7, 600, 20_000])
+def test_top_k_positions_breaks_ties_by_position(size):
+    scores = np.round(np.random.default_rng(size).random(size), 2)  # many ties
+    scores[::3] = 0.0
+    for k in (1, 5, 60):
+        expected = [p for p in np.lexsort((np.arange(size), -scores)) if scores[p] > 0][:k]
+        assert top_k_positions(scores, k).tolist() == expected
