@@ -33,6 +33,7 @@ from labsrc.evaluation.case_rules import (
     OWN_REASONS,
     case_problems,
     cases_problems,
+    check_cases,
 )
 from labsrc.evaluation.config import (
     GateConfig,
@@ -43,12 +44,16 @@ from labsrc.evaluation.config import (
 from labsrc.evaluation.gates import (
     CaseOutcome,
     GATE_TABLE,
-    GateResult,
     GateRun,
     evaluate_gates,
     lane_recall,
     release_gate,
     run_cases,
+)
+from labsrc.evaluation.junit import (
+    GATE_CLASSNAME,
+    junit_xml,
+    write_junit,
 )
 from labsrc.evaluation.latency import (
     LatencyReport,
@@ -86,6 +91,12 @@ from labsrc.evaluation.report import (
     report_markdown,
     write_report,
 )
+from labsrc.evaluation.verdicts import (
+    GateResult,
+    NOT_TESTED,
+    not_tested,
+    plural,
+)
 
 __all__ = [
     "ALPHA_GRID",
@@ -96,6 +107,7 @@ __all__ = [
     "CaseOutcome",
     "CaseProblem",
     "DEFAULT_ALPHA",
+    "GATE_CLASSNAME",
     "GATE_TABLE",
     "GateConfig",
     "GateResult",
@@ -105,6 +117,7 @@ __all__ = [
     "LANE_COLORS",
     "LatencyReport",
     "METRICS",
+    "NOT_TESTED",
     "OWN_REASONS",
     "Progress",
     "REPORT_FILES",
@@ -117,6 +130,7 @@ __all__ = [
     "case_problems",
     "cases_frame",
     "cases_problems",
+    "check_cases",
     "compact_trace",
     "convex_run",
     "evaluate_gates",
@@ -125,15 +139,18 @@ __all__ = [
     "exceeded_retrieval_budgets",
     "gates_frame",
     "hit_at_k",
+    "junit_xml",
     "lane_recall",
     "latency_frame",
     "load_gate_config",
     "load_lanes",
     "measure_latency",
     "ndcg_at_k",
+    "not_tested",
     "percentile_ms",
     "plot_latency",
     "plot_recall",
+    "plural",
     "precision_at_k",
     "rank_run",
     "recall_at_k",
@@ -147,6 +164,7 @@ __all__ = [
     "run_cases",
     "save_figure",
     "tune_alpha",
+    "write_junit",
     "write_report",
     "write_trec_run",
 ]
