@@ -20,6 +20,7 @@ from labsrc.evaluation.benchmark import (
     evaluate_lanes,
     load_lanes,
     run_benchmark,
+    trec_scores,
     tune_alpha,
     write_trec_run,
 )
@@ -49,6 +50,10 @@ from labsrc.evaluation.gates import (
     lane_recall,
     release_gate,
     run_cases,
+)
+from labsrc.evaluation.html_report import (
+    dense_model_label,
+    report_html,
 )
 from labsrc.evaluation.junit import (
     GATE_CLASSNAME,
@@ -133,6 +138,7 @@ __all__ = [
     "check_cases",
     "compact_trace",
     "convex_run",
+    "dense_model_label",
     "evaluate_gates",
     "evaluate_lanes",
     "evaluate_run",
@@ -158,11 +164,13 @@ __all__ = [
     "reciprocal_rank",
     "release_gate",
     "report_dict",
+    "report_html",
     "report_markdown",
     "rrf_run",
     "run_benchmark",
     "run_cases",
     "save_figure",
+    "trec_scores",
     "tune_alpha",
     "write_junit",
     "write_report",
