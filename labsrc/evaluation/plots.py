@@ -48,7 +48,7 @@ def plot_recall(
     values = np.vstack([per_case.to_numpy(dtype=float), per_case.mean(axis=0).to_numpy(dtype=float)]) if len(
         per_case
     ) else np.zeros((1, len(lanes)))
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(groups) + 1.5), 3.8))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(groups) + 1.5), 3.6))
     width = 0.8 / max(len(lanes), 1)
     x = np.arange(len(groups))
     threshold_labelled = False
