@@ -306,7 +306,8 @@ def test_write_trec_run_lines(tmp_path):
         "q1 Q0 z 1 0.25 tag",
         "q2 Q0 c 1 3.5 tag",
         "q2 Q0 a 2 1.0 tag",  # ties break on doc id ascending
-        "q2 Q0 b 3 1.0 tag",
+        # ...and the tied score is lowered one float32 ulp (2**-24 below 1.0), so trec_eval keeps this order.
+        f"q2 Q0 b 3 {1.0 - 2**-24!r} tag",
     ]
     with pytest.raises(InvalidArgument, match="one word"):
         write_trec_run({}, tmp_path / "r.trec", "two words")

@@ -83,14 +83,19 @@ def test_a_deliberately_failing_case_exits_1_and_names_the_case(tmp_path: Path, 
     assert "GATES FAILED" in out
 
 
-def test_a_leaking_case_fails_exclusion(tmp_path: Path, capsys) -> None:
-    # A superseded case on a date when the old rule was still in force: v1 is returned, so it "leaks".
-    # (The lesson's fixture vectors cover only current chunks, so this run uses the hashing encoder.)
+def test_a_superseded_case_whose_chunk_is_still_in_force_is_bad_input_not_a_leak(tmp_path: Path, capsys) -> None:
+    # On 2026-03-01 the old rule was still in force, so the caller may see v1: returning it is no leak,
+    # the case is wrong. Exit 2 (bad input), never exit 1 ("a gate failed"), which CI reads as a real leak.
     bad = json.dumps({"name": "old-date", "query": "RPL-14", "caller": "luna-48291", "kind": "superseded",
                       "forbidden": ["eu-refurb-v1-rule"], "on_date": "2026-03-01"})
-    args = ["gate", *FILES, "--cases", str(copy_cases(tmp_path, bad)), "--date", "2026-05-27", *FAST]
-    assert main(args) == 1
-    assert "failed gate 'superseded exclusion': cases old-date" in capsys.readouterr().out
+    cases = copy_cases(tmp_path, bad)
+    args = ["gate", *FILES, "--cases", str(cases), "--date", "2026-05-27", *FAST]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    n_lines = len((LESSON / "cases.jsonl").read_text().splitlines()) + 1
+    assert (f"{cases}, line {n_lines}, field 'forbidden': value 'eu-refurb-v1-rule' (case 'old-date'): "
+            "caller 'luna-48291' may see this chunk on 2026-03-01, so returning it is not a leak") in captured.err
+    assert "leaked" not in captured.out
 
 
 def test_a_malformed_case_file_exits_2_and_names_the_line(tmp_path: Path, capsys) -> None:

@@ -158,7 +158,7 @@ def test_abstention_fails_when_forbidden_evidence_is_returned(data) -> None:
     outcomes = run_cases(PolicyRetriever(data.chunks, data.vectors), [case], data.callers, data.eval_date)
     result = gate(evaluate_gates(outcomes), "abstention")
     assert not result.passed and result.failing_cases == ("overreach",)
-    assert result.detail == "1 cases, 2 fused ids returned for review"
+    assert result.detail == "1 case, 2 fused ids returned for review"  # one case: singular
     assert outcomes[0].overreach() == ("eu-footwear-v1-rule",)
 
 
@@ -200,16 +200,35 @@ def test_lane_thresholds_gate_and_name_missed_cases() -> None:
     assert gate(results, "recall@2 dense").passed  # reported only
 
 
-def test_without_positive_cases_recall_gates_fail() -> None:
+def test_without_positive_cases_recall_gates_are_not_tested() -> None:
     results = evaluate_gates([outcome("r", "restricted", forbidden=("x",))])
-    assert not gate(results, "recall@2 hybrid").passed
+    untested = [g for g in results if g.family in ("recall", "hybrid")]
+    assert [g.name for g in untested] == ["recall@2 bm25", "recall@2 dense", "recall@2 hybrid", "hybrid >= each lane"]
+    for g in untested:
+        # Neither PASS nor FAIL: nothing was measured.
+        assert g.status == "NOT TESTED" and not g.tested
+        assert g.detail.startswith("no positive cases to replay; add a positive case")
+        assert g.passed  # require_cases is false by default, so it does not fail the run
+    assert gate(results, "restricted exclusion").status == "PASS"
     assert lane_recall([outcome("r", "restricted", forbidden=("x",))], 2) == {lane: 0.0 for lane in LANES}
 
 
-def test_a_kind_with_no_cases_passes_and_says_so() -> None:
+def test_require_cases_makes_an_untested_gate_fail_the_run() -> None:
+    only_positive = [outcome("p", "positive", ("a",), ("a",), ("a",), expected=("a",))]
+    results = evaluate_gates(only_positive, GateConfig(require_cases=True))
+    safety = [g for g in results if g.family in ("restricted", "superseded", "wrong_region", "abstention")]
+    assert len(safety) == 4
+    assert all(g.status == "NOT TESTED" and not g.passed for g in safety)
+    assert gate(results, "recall@2 hybrid").status == "PASS"
+
+
+def test_a_kind_with_no_cases_is_not_tested_and_says_what_to_add() -> None:
     results = evaluate_gates([outcome("p", "positive", ("a",), ("a",), ("a",), expected=("a",))])
-    assert gate(results, "superseded exclusion").detail == "no cases"
-    assert gate(results, "superseded exclusion").passed
+    superseded = gate(results, "superseded exclusion")
+    assert superseded.status == "NOT TESTED"
+    assert superseded.detail == ("no superseded cases to replay; add a superseded case whose query matches an "
+                                 "older version of a current rule")
+    assert superseded.to_dict()["status"] == "NOT TESTED"
 
 
 def test_case_outcome_verdicts() -> None:

@@ -54,7 +54,23 @@ def test_recall_plot_groups_cases_and_the_mean() -> None:
     assert bar_heights(fig, "hybrid") == [1.0, 1.0, 1.0, 1.0]
     assert ax.get_ylabel() == "Recall@2"
     labels = sorted(t.get_text() for t in ax.texts)
-    assert labels == ["0.67", "0.67", "1.00"]
+    # Three means, plus a visible "0" over bm25's paraphrase bar and dense's exact-code bar.
+    assert labels == ["0", "0", "0.67", "0.67", "1.00"]
+    assert ax.get_xlabel().startswith("positive case")
+
+
+def test_a_lane_scoring_zero_shows_a_visible_zero_and_the_threshold_has_a_legend_entry() -> None:
+    zero = pd.DataFrame({"bm25": [0.0], "dense": [1.0], "hybrid": [1.0]}, index=pd.Index(["only"], name="case"))
+    fig = plot_recall(zero, 2, thresholds={"hybrid": 1.0, "bm25": 0.5})
+    ax = fig.axes[0]
+    texts = [(t.get_text(), t.xy) for t in ax.texts]
+    bm25_bars = [c for c in ax.containers if c.get_label() == "bm25"][0]
+    centre = bm25_bars[0].get_x() + bm25_bars[0].get_width() / 2
+    assert ("0", (centre, 0.0)) in texts  # the case's bar: height 0, labelled "0"
+    assert any(text == "0.00" for text, _ in texts)  # bm25's mean, also 0
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["bm25", "dense", "hybrid", "gate threshold"]  # one entry for both threshold ticks
+    assert ax.get_legend().get_title().get_text() == "lane"
 
 
 def test_recall_plot_uses_the_lane_colours() -> None:

@@ -36,3 +36,18 @@ def test_quickstart_has_exactly_two_bash_blocks_on_the_first_screen():
     ci_lines = {line.strip() for line in ci.splitlines()}
     for line in [*blocks[0].strip().splitlines(), *blocks[1].strip().splitlines()]:
         assert line.strip() in ci_lines  # .ci/run installs and tests exactly as the README says
+
+
+def test_readme_example_lines_of_chunks_and_vectors_load(tmp_path):
+    import re
+
+    from labsrc.lanes.dense import load_vectors
+    from labsrc.records.loading import load_chunks
+
+    blocks = re.findall(r"```json\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    [vectors] = [b for b in blocks if '"documents"' in b]
+    [chunk] = [b for b in blocks if '"effective_from"' in b]
+    (tmp_path / "vectors.json").write_text(vectors, encoding="utf-8")
+    (tmp_path / "chunks.jsonl").write_text(chunk, encoding="utf-8")
+    assert load_chunks(tmp_path / "chunks.jsonl")[0].chunk_id == "eu-refurb-v2-rule"
+    assert load_vectors(tmp_path / "vectors.json").documents["eu-refurb-v2-rule"].tolist() == [1.0, 0.0, 0.0]

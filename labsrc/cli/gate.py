@@ -1,7 +1,10 @@
 """``labsrc gate``: the release gate on *your* corpus, callers and cases; fails CI when a gate fails.
 
 Exit status: 0 every gate passes, 1 a gate failed (each failing gate and case is
-printed), 2 bad input (the message names the file, line and field).
+printed), 2 bad input (the message names the file, line, field and value): a
+malformed or empty file, a case that cannot test what its kind says (checked
+with :func:`~labsrc.evaluation.case_rules.check_cases`), an output path that
+cannot be written (checked before the run).
 """
 
 from __future__ import annotations
@@ -13,11 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from labsrc.boundary import permitted_chunks
+from labsrc.cli.outputs import check_out_dir, check_out_file
 from labsrc.cli.progress import make_progress
 from labsrc.cli.report import add_run_options, apply_overrides, print_gate_table
 from labsrc.errors import InvalidRecord
+from labsrc.evaluation.case_rules import check_cases
 from labsrc.evaluation.config import GateConfig, load_gate_config
 from labsrc.evaluation.gates import release_gate
+from labsrc.evaluation.junit import write_junit
 from labsrc.evaluation.report import write_report
 from labsrc.lanes.dense import (
     DenseSource,
@@ -26,7 +32,7 @@ from labsrc.lanes.dense import (
     HashingEncoder,
     load_vectors,
 )
-from labsrc.records.cases import Case, load_cases
+from labsrc.records.cases import Case, iter_cases
 from labsrc.records.loading import load_callers, load_chunks, parse_date
 from labsrc.records.policy import Caller, PolicyChunk
 from labsrc.retriever.policy import PolicyRetriever
@@ -115,15 +121,33 @@ def _warn_missing_query_vectors(source: DenseSource, cases: Sequence[Case], path
 
 
 def run(args: argparse.Namespace) -> int:
+    # Output paths first: a typo there must not cost a whole run, nor end in a traceback.
+    if args.out:
+        check_out_dir(args.out)
+    if args.junit_xml:
+        check_out_file(args.junit_xml, "--junit-xml")
     chunks = load_chunks(args.chunks)
     callers = load_callers(args.callers)
-    cases = load_cases(
-        args.cases, chunk_ids={c.chunk_id for c in chunks}, caller_ids={c.actor_id for c in callers}
+    located = list(
+        iter_cases(args.cases, chunk_ids={c.chunk_id for c in chunks}, caller_ids={c.actor_id for c in callers})
     )
+    cases = [case for _, case in located]
     if not cases:
-        raise InvalidRecord("the case file holds no cases; a gate with nothing to replay cannot pass", path=args.cases)
+        raise InvalidRecord(
+            "the case file holds no cases; a gate with nothing to replay cannot pass (write one case per line)",
+            path=args.cases,
+        )
     config = load_gate_config(args.config) if args.config else GateConfig()
     config = apply_overrides(config, args)
+    # The one case rule (labsrc.evaluation.case_rules): a case must test what its kind says.
+    check_cases(
+        cases,
+        {c.actor_id: c for c in callers},
+        {c.chunk_id: c for c in chunks},
+        config.eval_date(),
+        path=args.cases,
+        lines={case.name: line for line, case in located},
+    )
     source = load_dense_source(args.vectors, visible_chunks(chunks, callers, cases, config.eval_date()), cases)
     _warn_missing_query_vectors(source, cases, args.vectors)
     retriever = PolicyRetriever(chunks, source, rrf_k=config.rrf_k)
@@ -132,7 +156,10 @@ def run(args: argparse.Namespace) -> int:
     print_gate_table(result)
     if args.out:
         write_report(result, args.out)
-        print(f"report written to {args.out}/")
+        print(f"report written to {args.out}/ (open report.html)")
+    if args.junit_xml:
+        write_junit(result, args.junit_xml)
+        print(f"JUnit XML written to {args.junit_xml}")
     return 0 if result.passed else 1
 
 
@@ -144,6 +171,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Replay a case file through the permission-safe hybrid retriever and check every gate: "
             "Recall@k per lane, hybrid vs each lane, restricted/superseded/wrong-region exclusion at "
             "full depth, abstention, and p50/p95 stage latency. "
+            "A gate with no cases is NOT TESTED (it fails the run only if the config sets require_cases). "
             "Exit status: 0 all gates pass, 1 a gate failed (each failing gate and case is printed), "
             "2 bad input (the file, line and field are named)."
         ),
@@ -157,7 +185,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="dense vectors: a fixture JSON file or a vectors/<model>/ folder (default: a hashing encoder)",
     )
     parser.add_argument("--config", metavar="FILE", help="gate config, .json or .toml (default: built-in defaults)")
-    parser.add_argument("--out", metavar="DIR", help="also write the report files into DIR")
+    parser.add_argument("--out", metavar="DIR", help="also write the report files (report.html, report.md, ...) into DIR")
+    parser.add_argument(
+        "--junit-xml", metavar="FILE",
+        help="also write JUnit XML: one testcase per gate (and per failing case), for CI test reports",
+    )
     parser.add_argument("--date", type=iso_date, metavar="YYYY-MM-DD", help="evaluation date (default: config on_date, else today)")
     add_run_options(parser)
     parser.set_defaults(func=run)

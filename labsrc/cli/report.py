@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from labsrc.cli.outputs import check_out_dir
 from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir, lesson
 from labsrc.evaluation.config import LANES, GateConfig, load_gate_config
@@ -25,7 +26,7 @@ DEFAULT_OUT = Path("report")
 
 
 def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
-    """Recall@k per lane, then every gate as PASS/FAIL with its failing cases or stages."""
+    """Recall@k per lane, then every gate as PASS, FAIL or NOT TESTED with its failing cases or stages."""
     out = stream if stream is not None else sys.stdout
     k = run.config.top_k
     write = lambda text="": print(text, file=out)  # noqa: E731
@@ -38,10 +39,9 @@ def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
     write()
     width = max(len(g.name) for g in run.gates)
     for gate in run.gates:
-        status = "PASS" if gate.passed else "FAIL"
         failing = gate.failing_cases or gate.failing_stages
         note = f"  failing: {', '.join(failing)}" if failing and not gate.passed else ""
-        write(f"{status}  {gate.name:<{width}}  {gate.detail}{note}")
+        write(f"{gate.status}  {gate.name:<{width}}  {gate.detail}{note}")
     if run.latency is not None:
         write()
         p50, p95 = run.latency.p50_ms, run.latency.p95_ms
@@ -52,12 +52,21 @@ def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
             budget = f"{'-' if b50 is None else f'{b50:g}'}/{'-' if b95 is None else f'{b95:g}'}"
             write(f"{stage:<10} {p50[stage]:>9.3f} {p95[stage]:>9.3f} {budget:>15}")
     write()
+    untested = run.untested_gates
+    if untested:
+        names = ", ".join(g.name for g in untested)
+        effect = "so the run fails (require_cases is set)" if run.config.require_cases else (
+            "they do not fail the run; set require_cases in the gate config to make them")
+        write(f"NOT TESTED: {len(untested)} gate(s) had no cases to replay ({names}); {effect}")
     if run.passed:
-        write("all gates pass")
+        write("all tested gates pass" if untested else "all gates pass")
     else:
         write("GATES FAILED")
         for gate in run.failed_gates:
             failing = gate.failing_cases or gate.failing_stages
+            if not gate.tested:
+                write(f"  failed gate {gate.name!r}: NOT TESTED ({gate.detail})")
+                continue
             label = "cases" if gate.failing_cases else "stages"
             suffix = f": {label} {', '.join(failing)}" if failing else f": {gate.detail}"
             write(f"  failed gate {gate.name!r}{suffix}")
@@ -88,6 +97,7 @@ def lesson_config_path() -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    out = check_out_dir(Path(args.out) if args.out else DEFAULT_OUT)
     data = lesson()
     config = load_gate_config(args.config) if args.config else load_gate_config(lesson_config_path())
     config = apply_overrides(config, args)
@@ -97,7 +107,6 @@ def run(args: argparse.Namespace) -> int:
         retriever, data.cases, data.callers_by_id, config, on_date=config.on_date or data.eval_date, progress=progress
     )
     print_gate_table(result)
-    out = Path(args.out) if args.out else DEFAULT_OUT
     write_report(result, out)
     print(f"report written to {out}/")
     return 0 if result.passed else 1
@@ -109,7 +118,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run the lesson's release gate on the bundled fixtures and write the report",
         description=(
             "Replay the lesson's cases (fixtures/lesson) through the permission-safe hybrid retriever, "
-            "print Recall@k per lane and every gate, measure stage latency, and write report.json, "
+            "print Recall@k per lane and every gate, measure stage latency, and write report.html, report.json, "
             "report.md, recall.png, latency.png, failed_traces.jsonl and candidates.jsonl. "
             "Exit status: 0 all gates pass, 1 a gate failed, 2 bad input."
         ),

@@ -26,12 +26,22 @@ def _fmt(value: int | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.query.strip():
+        raise InvalidArgument(
+            f"QUERY is blank ({args.query!r}); give the question to search for, e.g. labsrc search \"RPL-14\" --as ACTOR_ID"
+        )
+    if args.chunks and not args.callers:
+        raise InvalidArgument(
+            f"--chunks {args.chunks} needs --callers FILE: the lesson's callers hold the lesson's ACL tags and regions, "
+            "not yours (pass fixtures/lesson/callers.json explicitly if you do mean them)"
+        )
     data = lesson()
     chunks = load_chunks(args.chunks) if args.chunks else list(data.chunks)
     callers = load_callers(args.callers) if args.callers else list(data.callers)
     by_id = {c.actor_id: c for c in callers}
     if args.actor not in by_id:
-        raise InvalidArgument(f"unknown caller {args.actor!r}; known callers: {sorted(by_id)}")
+        where = args.callers or "the lesson's callers"
+        raise InvalidArgument(f"unknown caller {args.actor!r} in {where}; known callers: {sorted(by_id)}")
     on_date = args.date or (dt.date.today() if args.chunks else data.eval_date)
     if args.vectors or args.chunks:
         vectors = load_dense_source(args.vectors, permitted_chunks(by_id[args.actor], chunks, on_date))
@@ -41,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     result = retriever.search(args.query, by_id[args.actor], on_date, args.top_k)
     trace = result.trace
     print(f"query {args.query!r} as {args.actor} on {on_date}, top {args.top_k}")
+    print(f"callers from {args.callers or 'the lesson fixtures (fixtures/lesson/callers.json)'}")
     print("versions: " + ", ".join(f"{k}={v}" for k, v in trace.versions.items()))
     if args.query.strip() and not np.any(retriever.vectors.query_vector(args.query)):
         print("note: the dense source has no vector for this query, so the dense lane is empty")
@@ -68,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("query", metavar="QUERY", help="the query text (quote it if it has spaces)")
     parser.add_argument("--as", dest="actor", required=True, metavar="ACTOR_ID", help="the caller's actor_id")
     parser.add_argument("--chunks", metavar="FILE", help="policy chunks JSONL (default: the lesson's)")
-    parser.add_argument("--callers", metavar="FILE", help="callers JSON (default: the lesson's)")
+    parser.add_argument("--callers", metavar="FILE", help="callers JSON (default: the lesson's; required with --chunks)")
     parser.add_argument(
         "--vectors", metavar="FILE_OR_DIR",
         help="fixture vectors JSON or a vectors/<model>/ folder (default: the lesson's, or a hashing encoder with --chunks)",

@@ -22,6 +22,12 @@ from labsrc.datasets.beir import (
     resolve_dataset_dir,
     universe_caller,
 )
+from labsrc.datasets.fetch import (
+    BEIR_BASE_URL,
+    BEIR_REGISTRY,
+    default_fetch_dir,
+    fetch_beir,
+)
 from labsrc.datasets.lesson import (
     EVAL_DATE,
     Lesson,
@@ -30,6 +36,8 @@ from labsrc.datasets.lesson import (
 )
 
 __all__ = [
+    "BEIR_BASE_URL",
+    "BEIR_REGISTRY",
     "BeirDataset",
     "BeirDocument",
     "DEFAULT_DATASET",
@@ -41,6 +49,8 @@ __all__ = [
     "UNIVERSE_CALLER",
     "as_chunks",
     "default_beir_root",
+    "default_fetch_dir",
+    "fetch_beir",
     "find_dataset_dir",
     "fixtures_dir",
     "lesson",

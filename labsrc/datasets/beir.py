@@ -94,8 +94,7 @@ def resolve_dataset_dir(path: str | Path | None = None, dataset: str = DEFAULT_D
         if not override:
             raise LabError(
                 f"no BEIR data given: pass --data DIR or set {ENV_VAR} to the folder holding '{dataset}/' "
-                "(download https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/"
-                f"{dataset}.zip and unzip it)"
+                f"(get it with: labsrc data fetch {dataset} --dir DIR)"
             )
         path = override
     found = _collection_in(Path(path), dataset)
@@ -115,8 +114,9 @@ def find_dataset_dir(dataset: str = DEFAULT_DATASET) -> Path | None:
 def missing_data_reason(dataset: str = DEFAULT_DATASET) -> str:
     """The skip reason tests and notebooks give when the collection is absent."""
     return (
-        f"BEIR {dataset} not found under {default_beir_root()}; set {ENV_VAR} to the folder holding "
-        f"'{dataset}/' (see the README, 'Real benchmark')"
+        f"BEIR {dataset} not found under {default_beir_root()}; run: labsrc data fetch {dataset} --dir DIR, "
+        f"then set {ENV_VAR}=DIR (the dense lanes also need its vectors/<model>/ folder: see the README, "
+        "'Real benchmark')"
     )
 
 

@@ -20,6 +20,7 @@ from labsrc.evaluation.benchmark import (
     evaluate_lanes,
     load_lanes,
     run_benchmark,
+    trec_scores,
     tune_alpha,
     write_trec_run,
 )
@@ -33,6 +34,7 @@ from labsrc.evaluation.case_rules import (
     OWN_REASONS,
     case_problems,
     cases_problems,
+    check_cases,
 )
 from labsrc.evaluation.config import (
     GateConfig,
@@ -43,12 +45,20 @@ from labsrc.evaluation.config import (
 from labsrc.evaluation.gates import (
     CaseOutcome,
     GATE_TABLE,
-    GateResult,
     GateRun,
     evaluate_gates,
     lane_recall,
     release_gate,
     run_cases,
+)
+from labsrc.evaluation.html_report import (
+    dense_model_label,
+    report_html,
+)
+from labsrc.evaluation.junit import (
+    GATE_CLASSNAME,
+    junit_xml,
+    write_junit,
 )
 from labsrc.evaluation.latency import (
     LatencyReport,
@@ -86,6 +96,12 @@ from labsrc.evaluation.report import (
     report_markdown,
     write_report,
 )
+from labsrc.evaluation.verdicts import (
+    GateResult,
+    NOT_TESTED,
+    not_tested,
+    plural,
+)
 
 __all__ = [
     "ALPHA_GRID",
@@ -96,6 +112,7 @@ __all__ = [
     "CaseOutcome",
     "CaseProblem",
     "DEFAULT_ALPHA",
+    "GATE_CLASSNAME",
     "GATE_TABLE",
     "GateConfig",
     "GateResult",
@@ -105,6 +122,7 @@ __all__ = [
     "LANE_COLORS",
     "LatencyReport",
     "METRICS",
+    "NOT_TESTED",
     "OWN_REASONS",
     "Progress",
     "REPORT_FILES",
@@ -117,23 +135,28 @@ __all__ = [
     "case_problems",
     "cases_frame",
     "cases_problems",
+    "check_cases",
     "compact_trace",
     "convex_run",
+    "dense_model_label",
     "evaluate_gates",
     "evaluate_lanes",
     "evaluate_run",
     "exceeded_retrieval_budgets",
     "gates_frame",
     "hit_at_k",
+    "junit_xml",
     "lane_recall",
     "latency_frame",
     "load_gate_config",
     "load_lanes",
     "measure_latency",
     "ndcg_at_k",
+    "not_tested",
     "percentile_ms",
     "plot_latency",
     "plot_recall",
+    "plural",
     "precision_at_k",
     "rank_run",
     "recall_at_k",
@@ -141,12 +164,15 @@ __all__ = [
     "reciprocal_rank",
     "release_gate",
     "report_dict",
+    "report_html",
     "report_markdown",
     "rrf_run",
     "run_benchmark",
     "run_cases",
     "save_figure",
+    "trec_scores",
     "tune_alpha",
+    "write_junit",
     "write_report",
     "write_trec_run",
 ]

@@ -4,11 +4,14 @@
 :func:`~labsrc.evaluation.metrics.evaluate_run` (checked against ranx in the tests).
 """
 
+from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from labsrc.datasets.beir import Qrels, Run, load_beir
 from labsrc.errors import InvalidArgument
@@ -30,6 +33,7 @@ __all__ = [
     "evaluate_lanes",
     "load_lanes",
     "run_benchmark",
+    "trec_scores",
     "tune_alpha",
     "write_trec_run",
 ]
@@ -87,11 +91,40 @@ def evaluate_lanes(
     return {lane: dict(evaluate_run(run, qrels, list(metrics))) for lane, run in runs.items()}
 
 
-def write_trec_run(run: Run, path: str | Path, tag: str) -> Path:
-    """Write ``qid Q0 docid rank score tag`` lines (1-based ranks, score desc, id asc).
+def trec_scores(ranked: Sequence[tuple[str, float]]) -> list[float]:
+    """Scores that are *strictly decreasing* in rank order, even as trec_eval reads them, and otherwise unchanged.
 
-    Scores are written with ``repr`` so they round-trip exactly. trec_eval and
-    ranx re-sort by score, so only exact ties could be reordered by them.
+    trec_eval (and pytrec_eval, and tools copying it) ignores the rank column: it
+    re-sorts each query's lines by score, which it stores as a 32-bit ``float``,
+    and breaks exact ties by document id *descending*, the opposite of the lab's
+    rule (id ascending). RRF produces many exact ties, so a run file with the true
+    scores is scored on a different ranking than the one labsrc evaluated (SciFact
+    RRF: 0.7132 nDCG@10 by trec_eval against labsrc's 0.7147).
+
+    So a score whose float32 value does not fall below its predecessor's is
+    replaced by the next float32 below that value (one float32 ulp, about 2e-9 for
+    an RRF score near 1/61). Every other score is written exactly as computed.
+    Float32 order implies float64 order, so trec_eval, pytrec_eval and ranx all
+    rank the file exactly as labsrc does.
+    """
+    out: list[float] = []
+    previous = None
+    for _, score in ranked:
+        value = float(score)
+        if previous is not None and np.float32(value) >= previous:
+            value = float(np.nextafter(previous, np.float32(-np.inf)))
+        previous = np.float32(value)
+        out.append(value)
+    return out
+
+
+def write_trec_run(run: Run, path: str | Path, tag: str) -> Path:
+    """Write ``qid Q0 docid rank score tag`` lines in the lab's order (score desc, id asc; 1-based ranks).
+
+    Scores are made strictly decreasing in rank order (:func:`trec_scores`), so
+    trec_eval, pytrec_eval and ranx, which re-sort by score and break ties their
+    own way, rank exactly as labsrc does and reproduce its printed figures.
+    Scores are written with ``repr`` so they round-trip exactly.
     """
     if not tag or any(c.isspace() for c in tag):
         raise InvalidArgument(f"a run tag must be one word, not {tag!r}")
@@ -99,7 +132,7 @@ def write_trec_run(run: Run, path: str | Path, tag: str) -> Path:
     lines = []
     for qid in sorted(run):
         ranked = sorted(run[qid].items(), key=lambda pair: (-pair[1], pair[0]))
-        for rank, (doc, score) in enumerate(ranked, start=1):
+        for rank, ((doc, _), score) in enumerate(zip(ranked, trec_scores(ranked)), start=1):
             lines.append(f"{qid} Q0 {doc} {rank} {score!r} {tag}\n")
     path.write_text("".join(lines), encoding="utf-8")
     return path

@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from labsrc.boundary import BlockReason, block_reasons
+from labsrc.errors import InvalidRecord
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller, PolicyChunk
 
-__all__ = ["OWN_REASONS", "CaseProblem", "case_problems", "cases_problems"]
+__all__ = ["OWN_REASONS", "CaseProblem", "case_problems", "cases_problems", "check_cases"]
 
 #: The block reasons that make a safety case test its own kind.
 OWN_REASONS: Mapping[str, frozenset[BlockReason]] = MappingProxyType(
@@ -127,3 +129,36 @@ def cases_problems(
 ) -> list[CaseProblem]:
     """:func:`case_problems` for every case, in case order."""
     return [p for case in cases for p in case_problems(case, callers, chunks, on_date)]
+
+
+def check_cases(
+    cases: Sequence[Case],
+    callers: Mapping[str, Caller],
+    chunks: Mapping[str, PolicyChunk],
+    on_date: dt.date,
+    *,
+    path: str | Path | None = None,
+    lines: Mapping[str, int] | None = None,
+) -> None:
+    """Raise :class:`~labsrc.errors.InvalidRecord` if any case breaks the rule (:func:`cases_problems`).
+
+    The error names ``path``, the case's line (``lines`` maps case name → 1-based
+    line), the field and the value of the first problem, and lists the others,
+    so a case file is fixed in one pass rather than one run per mistake.
+    """
+    problems = cases_problems(cases, callers, chunks, on_date)
+    if not problems:
+        return
+    lines = lines or {}
+
+    def where(p: CaseProblem) -> str:
+        line = lines.get(p.case)
+        return ", ".join(x for x in (None if line is None else f"line {line}", f"field {p.field!r}") if x)
+
+    first, rest = problems[0], problems[1:]
+    message = f"value {first.value!r} (case {first.case!r}): {first.message}"
+    if rest:
+        message += f"\n{len(rest)} more problem(s) in the same file:" + "".join(
+            f"\n  {where(p)}, value {p.value!r} (case {p.case!r}): {p.message}" for p in rest
+        )
+    raise InvalidRecord(message, path=path, line=lines.get(first.case), field=first.field)

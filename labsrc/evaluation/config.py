@@ -12,7 +12,8 @@ A gate config is a JSON or TOML file whose keys are the fields of
       "p95_budget_ms": {"authorize": 10, "bm25": 12, "dense": 40, "fusion": 8},
       "warmup": 3,
       "repetitions": 20,
-      "on_date": "2026-05-27"
+      "on_date": "2026-05-27",
+      "require_cases": false
     }
 
 Budget tables are merged over the defaults, so ``{"p95_budget_ms": {"dense": 80}}``
@@ -102,6 +103,10 @@ class GateConfig:
     on_date:
         The evaluation date; ``None`` means "today" at run time. Pin it in CI so
         freshness, and therefore every result, replays identically.
+    require_cases:
+        Whether a gate with no cases to replay (reported ``NOT TESTED``, neither
+        PASS nor FAIL) fails the run. ``False`` by default: the run passes and the
+        report says what was not tested; set it in CI once the case file is complete.
     """
 
     top_k: int = 2
@@ -113,6 +118,7 @@ class GateConfig:
     warmup: int = 3
     repetitions: int = 20
     on_date: dt.date | None = None
+    require_cases: bool = False
 
     def __post_init__(self) -> None:
         check_top_k(self.top_k)
@@ -136,6 +142,8 @@ class GateConfig:
         _count(self.repetitions, "repetitions", 1)
         if self.on_date is not None and (not isinstance(self.on_date, dt.date) or isinstance(self.on_date, dt.datetime)):
             raise InvalidArgument(f"on_date must be a datetime.date or None, not {self.on_date!r}")
+        if not isinstance(self.require_cases, bool):
+            raise InvalidArgument(f"require_cases must be true or false, not {self.require_cases!r}")
 
     def eval_date(self) -> dt.date:
         """``on_date`` if pinned, else today's date."""
@@ -154,6 +162,7 @@ class GateConfig:
             "warmup": self.warmup,
             "repetitions": self.repetitions,
             "on_date": None if self.on_date is None else self.on_date.isoformat(),
+            "require_cases": self.require_cases,
         }
 
 

@@ -26,6 +26,7 @@ from labsrc.evaluation.budgets import STAGES
 from labsrc.evaluation.config import LANES, GateConfig
 from labsrc.evaluation.latency import LatencyReport, Progress, measure_latency
 from labsrc.evaluation.metrics import recall_at_k
+from labsrc.evaluation.verdicts import GateResult, not_tested, plural
 from labsrc.ranking import check_top_k
 from labsrc.records.cases import NEGATIVE_KINDS, Case
 from labsrc.records.policy import Caller
@@ -35,7 +36,6 @@ from labsrc.trace import RetrievalTrace
 __all__ = [
     "GATE_TABLE",
     "CaseOutcome",
-    "GateResult",
     "GateRun",
     "evaluate_gates",
     "lane_recall",
@@ -123,28 +123,6 @@ class CaseOutcome:
         if self.case.kind in NEGATIVE_KINDS:
             return not self.leaked()
         return not self.overreach()
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """One gate's verdict. ``family`` is a key of :data:`GATE_TABLE`."""
-
-    name: str
-    passed: bool
-    detail: str
-    failing_cases: tuple[str, ...] = ()
-    family: str = ""
-    failing_stages: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "family": self.family,
-            "passed": self.passed,
-            "detail": self.detail,
-            "failing_cases": list(self.failing_cases),
-            "failing_stages": list(self.failing_stages),
-        }
 
 
 def as_caller_map(callers: Mapping[str, Caller] | Sequence[Caller]) -> Mapping[str, Caller]:
@@ -236,14 +214,17 @@ def evaluate_gates(
     results: list[GateResult] = []
 
     for lane in LANES:
+        name = f"recall@{k} {lane}"
+        if not positives:
+            results.append(not_tested(name, "recall", "positive cases", config))
+            continue
         threshold = config.min_recall.get(lane)
         missed = tuple(o.case.name for o in positives if recall_at_k(o.ids[lane], o.case.expected, k) < 1.0)
-        # No positive cases means nothing was measured, and a gate must not pass on that.
-        passed = bool(positives) and (threshold is None or recall[lane] >= threshold)
+        passed = threshold is None or recall[lane] >= threshold
         bound = "reported only" if threshold is None else f">= {threshold:.2f}"
-        detail = f"{recall[lane]:.2f} ({bound}; {len(positives)} positive cases)"
+        detail = f"{recall[lane]:.2f} ({bound}; {plural(len(positives), 'positive case')})"
         failing = missed if threshold is not None and not passed else ()
-        results.append(GateResult(f"recall@{k} {lane}", passed, detail, failing, family="recall"))
+        results.append(GateResult(name, passed, detail, failing, family="recall"))
 
     if config.hybrid_rule != "off":
         lanes_only = [recall[lane] for lane in LANES if lane != "hybrid"]
@@ -251,26 +232,30 @@ def evaluate_gates(
             passed, relation = all(recall["hybrid"] > r for r in lanes_only), ">"
         else:
             passed, relation = all(recall["hybrid"] >= r for r in lanes_only), ">="
-        results.append(
-            GateResult(
-                f"hybrid {relation} each lane",
-                passed and bool(positives),
-                f"hybrid {recall['hybrid']:.2f} vs bm25 {recall['bm25']:.2f}, dense {recall['dense']:.2f}",
-                family="hybrid",
-            )
-        )
+        name = f"hybrid {relation} each lane"
+        if not positives:
+            results.append(not_tested(name, "hybrid", "positive cases", config))
+        else:
+            detail = f"hybrid {recall['hybrid']:.2f} vs bm25 {recall['bm25']:.2f}, dense {recall['dense']:.2f}"
+            results.append(GateResult(name, passed, detail, family="hybrid"))
 
     for kind in NEGATIVE_KINDS:
         group = [o for o in outcomes if o.case.kind == kind]
+        if not group:
+            results.append(not_tested(f"{kind} exclusion", kind, f"{kind} cases", config))
+            continue
         leaks = tuple(o.case.name for o in group if o.leaked())
-        detail = f"{len(group)} cases, {len(leaks)} leaked (all lanes, full depth)" if group else "no cases"
+        detail = f"{plural(len(group), 'case')}, {len(leaks)} leaked (all lanes, full depth)"
         results.append(GateResult(f"{kind} exclusion", not leaks, detail, leaks, family=kind))
 
     absent = [o for o in outcomes if o.case.kind == "absent"]
-    overreach = tuple(o.case.name for o in absent if o.overreach())
-    returned = sum(len(o.returned) for o in absent)
-    detail = f"{len(absent)} cases, {returned} fused ids returned for review" if absent else "no cases"
-    results.append(GateResult("abstention", not overreach, detail, overreach, family="abstention"))
+    if not absent:
+        results.append(not_tested("abstention", "abstention", "absent cases", config))
+    else:
+        overreach = tuple(o.case.name for o in absent if o.overreach())
+        returned = sum(len(o.returned) for o in absent)
+        detail = f"{plural(len(absent), 'case')}, {returned} fused ids returned for review"
+        results.append(GateResult("abstention", not overreach, detail, overreach, family="abstention"))
 
     if latency is not None:
         results.append(_latency_gate(latency, config))
@@ -303,7 +288,13 @@ class GateRun:
 
     @property
     def failed_gates(self) -> tuple[GateResult, ...]:
+        """Gates that fail the run (an untested gate only under ``require_cases``)."""
         return tuple(g for g in self.gates if not g.passed)
+
+    @property
+    def untested_gates(self) -> tuple[GateResult, ...]:
+        """Gates with no cases to replay (status ``NOT TESTED``)."""
+        return tuple(g for g in self.gates if not g.tested)
 
     @property
     def failed_outcomes(self) -> tuple[CaseOutcome, ...]:

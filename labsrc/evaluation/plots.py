@@ -37,7 +37,9 @@ def plot_recall(
     ``per_case`` has one row per positive case (index = case name) and one
     column per lane, as :func:`labsrc.evaluation.report.recall_frame` returns. The last
     group is the mean over cases, which is what the recall gates compare;
-    ``thresholds`` draws each lane's gate as a black tick over its mean bar.
+    ``thresholds`` draws each lane's gate as a black tick over its mean bar
+    (one legend entry, "gate threshold"). Every mean is labelled, and so is
+    every 0, so a lane that found nothing reads as 0, not as a missing bar.
     """
     if not isinstance(per_case, pd.DataFrame):
         raise InvalidArgument(f"per_case must be a pandas DataFrame, not {type(per_case).__name__}")
@@ -49,26 +51,37 @@ def plot_recall(
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(groups) + 1.5), 3.6))
     width = 0.8 / max(len(lanes), 1)
     x = np.arange(len(groups))
+    threshold_labelled = False
     for i, lane in enumerate(lanes):
         offsets = x - 0.4 + width * (i + 0.5)
         bars = ax.bar(offsets, values[:, i], width, label=lane, color=LANE_COLORS.get(lane), edgecolor="white")
-        mean_bar = bars[-1]
-        ax.annotate(
-            f"{values[-1, i]:.2f}",
-            (mean_bar.get_x() + mean_bar.get_width() / 2, mean_bar.get_height()),
-            ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points",
-        )
+        for j, bar in enumerate(bars):
+            # Label every mean, and every 0: a lane that found nothing must not look like a missing bar.
+            if j == len(bars) - 1 or values[j, i] == 0:
+                ax.annotate(
+                    f"{values[j, i]:.2f}" if j == len(bars) - 1 else "0",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points",
+                    color=LANE_COLORS.get(lane) if values[j, i] == 0 else "black",
+                    fontweight="bold" if values[j, i] == 0 else "normal",
+                )
         if thresholds and lane in thresholds:
             left = offsets[-1] - width / 2
-            ax.hlines(thresholds[lane], left, left + width, colors="black", linestyles="-", linewidth=2)
+            ax.hlines(thresholds[lane], left, left + width, colors="black", linestyles="-", linewidth=2,
+                      label=None if threshold_labelled else "gate threshold")
+            threshold_labelled = True
     if not len(per_case):
         ax.text(0, 0.5, "no positive cases", ha="center")
     ax.axvline(len(groups) - 1.5, color="grey", linewidth=0.8, linestyle=":")
     ax.set_xticks(x, groups)
-    ax.set_ylim(0, 1.15)
+    ax.set_ylim(0, 1.2)
     ax.set_ylabel(f"Recall@{k}")
+    ax.set_xlabel("positive case (bars: one per lane; last group: mean over the cases, what the gates compare)")
     ax.set_title(title or f"Permitted Recall@{k} per lane")
-    ax.legend(loc="upper left", ncols=len(lanes), fontsize=8, frameon=False)
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda n: labels[n] not in lanes)  # lanes first, then the threshold
+    ax.legend([handles[n] for n in order], [labels[n] for n in order], loc="upper left", ncols=len(labels),
+              fontsize=8, frameon=False, title="lane", title_fontsize=8, alignment="left")
     fig.tight_layout()
     return fig
 
@@ -122,6 +135,7 @@ def plot_latency(frame: pd.DataFrame, *, title: str | None = None) -> Figure:
     else:
         ax.text(0.5, 0.5, "latency not measured", ha="center", transform=ax.transAxes)
     ax.set_xticks(x, stages)
+    ax.set_xlabel("retrieval stage")
     ax.set_ylabel("milliseconds (log scale)" if positive else "milliseconds")
     ax.set_title(title or "Stage latency: measured p50 / p95 vs budget")
     ax.legend(loc="upper left", fontsize=8, frameon=False, ncols=3)

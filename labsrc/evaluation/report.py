@@ -3,6 +3,7 @@
 :func:`write_report` turns a :class:`~labsrc.evaluation.gates.GateRun` into a folder:
 
 ========================  ===========================================================
+``report.html``           one self-contained page: verdict, gates, recall, latency, failed traces
 ``report.json``           versioned, stable schema: config, versions, gates, cases, latency
 ``report.md``             a human summary with the gate table
 ``recall.png``            Recall@k per lane, per positive case and on average
@@ -28,6 +29,8 @@ import pandas as pd
 from labsrc.errors import InvalidArgument
 from labsrc.evaluation.config import LANES
 from labsrc.evaluation.gates import GATE_TABLE, CaseOutcome, GateRun
+from labsrc.evaluation.html_report import dense_model_label, report_html
+from labsrc.evaluation.verdicts import plural
 
 __all__ = [
     "REPORT_FILES",
@@ -49,6 +52,7 @@ REPORT_SCHEMA = "labsrc.release-report"
 REPORT_SCHEMA_VERSION = 1
 
 REPORT_FILES = (
+    "report.html",
     "report.json",
     "report.md",
     "recall.png",
@@ -119,6 +123,7 @@ def gates_frame(run: GateRun) -> pd.DataFrame:
         rows.append(
             {
                 "gate": g.name,
+                "status": g.status,
                 "passed": g.passed,
                 "detail": g.detail,
                 "failing": ", ".join(g.failing_cases or g.failing_stages),
@@ -255,13 +260,21 @@ def _md_table(frame: pd.DataFrame) -> str:
     return "\n".join([header, rule, *body])
 
 
+def _gate_count(run: GateRun) -> str:
+    tested = [g for g in run.gates if g.tested]
+    untested = len(run.gates) - len(tested)
+    noun = "tested gate" if untested else "gate"
+    text = f"{sum(g.passed for g in tested)} of {plural(len(tested), noun)} pass"
+    return text + (f", {plural(untested, 'gate')} NOT TESTED (no cases)" if untested else "")
+
+
 def report_markdown(run: GateRun) -> str:
     """A short human summary: verdict, versions, recall, gates, failed cases, latency."""
     k = run.config.top_k
     lines = [
         "# Release gate report",
         "",
-        f"**{'PASS' if run.passed else 'FAIL'}**: {sum(g.passed for g in run.gates)} of {len(run.gates)} gates pass "
+        f"**{'PASS' if run.passed else 'FAIL'}**: {_gate_count(run)} "
         f"on {run.on_date.isoformat()} (top_k {k}, rrf_k {run.config.to_dict()['rrf_k']}, "
         f"hybrid rule {run.config.hybrid_rule!r}).",
         "",
@@ -270,11 +283,11 @@ def report_markdown(run: GateRun) -> str:
         *[f"- {name}: `{value}`" for name, value in run.versions.items()],
     ]
     if run.dense_model:
-        lines.append(f"- dense model: `{json.dumps(_clean(dict(run.dense_model)), sort_keys=True)}`")
+        lines.append(f"- dense model: `{dense_model_label(run.dense_model)}`")
     lines += ["", f"## Permitted Recall@{k}", "", "| lane | recall |", "|---|---|"]
     lines += [f"| {lane} | {run.recall[lane]:.2f} |" for lane in LANES]
     lines += ["", "![recall](recall.png)", "", "## Gates", ""]
-    lines.append(_md_table(gates_frame(run)[["gate", "passed", "detail", "failing", "what a failure means"]]))
+    lines.append(_md_table(gates_frame(run)[["gate", "status", "detail", "failing", "what a failure means"]]))
     failed = run.failed_outcomes
     lines += ["", "## Failed cases", ""]
     if failed:
@@ -315,7 +328,8 @@ def write_report(run: GateRun, out_dir: str | Path) -> dict[str, Path]:
         json.dumps(report_dict(run), indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8"
     )
     paths["report.md"].write_text(report_markdown(run), encoding="utf-8")
-    _write_jsonl(paths["failed_traces.jsonl"], [compact_trace(o, run) for o in run.failed_outcomes])
+    traces = [compact_trace(o, run) for o in run.failed_outcomes]
+    _write_jsonl(paths["failed_traces.jsonl"], traces)
     _write_jsonl(
         paths["candidates.jsonl"],
         [
@@ -331,6 +345,10 @@ def write_report(run: GateRun, out_dir: str | Path) -> dict[str, Path]:
         ],
     )
     thresholds = {lane: run.config.min_recall[lane] for lane in run.config.min_recall}
-    save_figure(plot_recall(recall_frame(run), run.config.top_k, thresholds=thresholds), paths["recall.png"])
-    save_figure(plot_latency(latency_frame(run)), paths["latency.png"])
+    recall, latency = recall_frame(run), latency_frame(run)
+    save_figure(plot_recall(recall, run.config.top_k, thresholds=thresholds), paths["recall.png"])
+    save_figure(plot_latency(latency), paths["latency.png"])
+    images = {name: paths[name].read_bytes() for name in ("recall.png", "latency.png")}
+    html = report_html(run, recall=recall, latency=latency, traces=traces, images=images)
+    paths["report.html"].write_text(html, encoding="utf-8")
     return paths

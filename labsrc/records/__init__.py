@@ -9,6 +9,7 @@ from labsrc.records.cases import (
     CASE_KINDS,
     Case,
     NEGATIVE_KINDS,
+    iter_cases,
     load_cases,
 )
 from labsrc.records.loading import (
@@ -34,6 +35,7 @@ __all__ = [
     "NEGATIVE_KINDS",
     "PolicyChunk",
     "chunk_lookup",
+    "iter_cases",
     "iter_jsonl",
     "load_callers",
     "load_cases",

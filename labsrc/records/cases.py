@@ -16,14 +16,14 @@ and its optional ``forbidden`` ids must not be returned as evidence. ``on_date``
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from labsrc.records.loading import Field, iter_jsonl
 
-__all__ = ["CASE_KINDS", "NEGATIVE_KINDS", "Case", "load_cases"]
+__all__ = ["CASE_KINDS", "NEGATIVE_KINDS", "Case", "iter_cases", "load_cases"]
 
 CASE_KINDS = ("positive", "restricted", "superseded", "wrong_region", "absent")
 NEGATIVE_KINDS = ("restricted", "superseded", "wrong_region")
@@ -75,7 +75,16 @@ def load_cases(
 ) -> list[Case]:
     """Read cases from JSONL. With ``chunk_ids`` / ``caller_ids`` given, a case naming an
     unknown chunk or caller is an error, never a silent miss."""
-    cases: list[Case] = []
+    return [case for _, case in iter_cases(path, chunk_ids=chunk_ids, caller_ids=caller_ids)]
+
+
+def iter_cases(
+    path: str | Path,
+    *,
+    chunk_ids: Collection[str] | None = None,
+    caller_ids: Collection[str] | None = None,
+) -> Iterator[tuple[int, Case]]:
+    """:func:`load_cases` with each case's 1-based line, so a later check can blame the line."""
     first_line: dict[str, int] = {}
     for number, record in iter_jsonl(path):
         f = Field(record, path=path, line=number)
@@ -116,5 +125,4 @@ def load_cases(
                 unknown = [cid for cid in getattr(case, field) if cid not in chunk_ids]
                 if unknown:
                     raise f.error(field, f"unknown chunk id(s) {unknown}")
-        cases.append(case)
-    return cases
+        yield number, case

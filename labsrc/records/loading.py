@@ -31,40 +31,78 @@ __all__ = [
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
+#: Byte-order marks of the encodings a text editor may save instead of UTF-8.
+_FOREIGN_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+_UTF8_BOM = b"\xef\xbb\xbf"
+_RESAVE = "re-save it as UTF-8 (in most editors: Save As, encoding UTF-8)"
+
+
+def _check_encoding(path: Path, head: bytes) -> None:
+    """Refuse UTF-16/UTF-32 files by name: Python's own message ("invalid start byte") does not say why."""
+    for bom, name in _FOREIGN_BOMS:
+        if head.startswith(bom):
+            raise InvalidRecord(f"the file is {name} (it starts with a {name} byte-order mark); {_RESAVE}", path=path)
+    if b"\x00" in head:
+        raise InvalidRecord(f"the file holds NUL bytes, so it looks like UTF-16 or UTF-32 text; {_RESAVE}", path=path)
+
+
+def _decode_error(path: Path, exc: UnicodeDecodeError, line: int | None) -> InvalidRecord:
+    bad = exc.object[exc.start : exc.start + 4]
+    return InvalidRecord(f"not valid UTF-8 ({exc.reason}, bytes {bad!r}); {_RESAVE}", path=path, line=line)
+
+
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for each non-blank line of a JSONL file."""
+    """Yield ``(line_number, object)`` for each non-blank line of a JSONL file.
+
+    The file must be UTF-8; a leading UTF-8 byte-order mark (as some Windows
+    editors write) is skipped. A UTF-16 or UTF-32 file is refused by name.
+    """
     path = Path(path)
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open("rb")
     except OSError as exc:
         raise InvalidRecord(f"cannot open: {exc.strerror}", path=path) from exc
     with handle:
-        try:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InvalidRecord(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=number) from exc
-                if not isinstance(record, dict):
-                    raise InvalidRecord(
-                        f"each line must be a JSON object, got {type(record).__name__}", path=path, line=number
-                    )
-                yield number, record
-        except UnicodeDecodeError as exc:
-            raise InvalidRecord(f"not valid UTF-8: {exc.reason}", path=path) from exc
+        for number, raw in enumerate(handle, start=1):
+            if number == 1:
+                _check_encoding(path, raw[:64])
+                raw = raw.removeprefix(_UTF8_BOM)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _decode_error(path, exc, number) from exc
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InvalidRecord(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=number) from exc
+            if not isinstance(record, dict):
+                raise InvalidRecord(
+                    f"each line must be a JSON object, got {type(record).__name__}", path=path, line=number
+                )
+            yield number, record
 
 
 def read_text(path: str | Path) -> str:
-    """A whole UTF-8 file; a missing file or bad encoding is an :class:`InvalidRecord` naming it."""
+    """A whole UTF-8 file (a leading UTF-8 byte-order mark is dropped); a missing file or
+    another encoding (UTF-16 is named) is an :class:`InvalidRecord` naming the file."""
     path = Path(path)
     try:
-        return path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise InvalidRecord(f"cannot open: {exc.strerror}", path=path) from exc
+    _check_encoding(path, data[:64])
+    try:
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise InvalidRecord(f"not valid UTF-8: {exc.reason}", path=path) from exc
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise _decode_error(path, exc, line) from exc
 
 
 def load_json(path: str | Path) -> Any:
@@ -81,7 +119,10 @@ def parse_date(value: str) -> dt.date:
     """Strict ISO calendar date ``YYYY-MM-DD``; raises ``ValueError`` otherwise."""
     if not isinstance(value, str) or not _ISO_DATE.fullmatch(value):
         raise ValueError(f"expected an ISO date YYYY-MM-DD, got {value!r}")
-    return dt.date.fromisoformat(value)  # rejects impossible dates such as 2026-02-30
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError as exc:  # an impossible date such as 2026-02-30: say which value
+        raise ValueError(f"{value!r} is not a calendar date ({exc}); write a real date as YYYY-MM-DD") from None
 
 
 class Field:
@@ -146,7 +187,10 @@ _CHUNK_FIELDS = set(_CHUNK_REQUIRED) | {"effective_from", "effective_to", "text"
 
 
 def load_chunks(path: str | Path) -> list[PolicyChunk]:
-    """Read policy chunks from JSONL (one object per line, ISO dates), in file order."""
+    """Read policy chunks from JSONL (one object per line, ISO dates), in file order.
+
+    A file with no chunks is an error: a corpus of nothing hides every mistake downstream.
+    """
     chunks: list[PolicyChunk] = []
     first_line: dict[str, int] = {}
     for number, record in iter_jsonl(path):
@@ -170,6 +214,11 @@ def load_chunks(path: str | Path) -> list[PolicyChunk]:
             raise f.error("chunk_id", f"duplicate chunk_id {chunk.chunk_id!r} (first seen on line {first_line[chunk.chunk_id]})")
         first_line[chunk.chunk_id] = number
         chunks.append(chunk)
+    if not chunks:
+        raise InvalidRecord(
+            "holds no chunks (the file is empty or blank); write one chunk object per line, see the README",
+            path=path,
+        )
     return chunks
 
 
