@@ -29,22 +29,13 @@ def test_bench_bm25_runs_on_a_tiny_collection(tmp_path: Path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert "labsrc / bm25s     query throughput" in done.stdout
+    assert "(the fastest peer)" in done.stdout
     assert "hybrid per query" in done.stdout
     result = json.loads(out.read_text())
-    assert set(result["qps"]) == {"labsrc", "bm25s", "rank_bm25"}
-    assert set(result["build_s"]) == {"labsrc", "bm25s", "rank_bm25"}
+    assert {"labsrc index", "labsrc permitted", "bm25s numpy", "rank-bm25"} <= set(result["qps"])
     assert all(value > 0 for value in [*result["qps"].values(), *result["build_s"].values()])
-    assert result["ratios"]["qps_vs_bm25s"] == pytest.approx(result["qps"]["labsrc"] / result["qps"]["bm25s"])
+    peers = {name: qps for name, qps in result["qps"].items() if not name.startswith("labsrc")}
+    assert result["fastest_peer"] == max(peers, key=peers.get)
+    assert result["ratios"]["labsrc index"] == pytest.approx(result["qps"]["labsrc index"] / max(peers.values()))
     assert result["config"]["documents"] == 5 and result["config"]["top_k"] == 5  # top-k capped at the corpus size
     assert result["hybrid_ms"]["n"] == 2  # the two test queries, one repeat
-    assert result["hybrid_ms"]["p50"] <= result["hybrid_ms"]["p95"]
-    assert set(result["targets"]) == {"qps_vs_bm25s", "qps_vs_rank_bm25", "build_speedup_vs_bm25s", "hybrid_p95_ms"}
-
-
-def test_bench_bm25_without_data_exits_2(tmp_path: Path):
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--data", str(tmp_path)], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 2
-    assert "no BEIR collection" in done.stderr

@@ -63,6 +63,11 @@ from labsrc.lanes.encoders import (
     EmbedderLoadError,
     SentenceTransformerEncoder,
 )
+from labsrc.lanes.maxscore import (
+    TermPostings,
+    maxscore_candidates,
+    score_candidates,
+)
 from labsrc.lanes.permitted import (
     PermittedBM25,
     UniverseStats,
@@ -119,6 +124,7 @@ __all__ = [
     "SentenceTransformerEncoder",
     "StoredEmbeddings",
     "TermExplanation",
+    "TermPostings",
     "UniverseStats",
     "VectorDirectory",
     "analyzer_from_description",
@@ -144,12 +150,14 @@ __all__ = [
     "load_vector_dir",
     "load_vectors",
     "mask_key",
+    "maxscore_candidates",
     "minilm_encoder",
     "minilm_model_record",
     "missing_model_fields",
     "read_id_list",
     "read_queries",
     "save_bm25_index",
+    "score_candidates",
     "sparse_index_for",
     "texts_digest",
     "tokens",
