@@ -10,6 +10,7 @@ as queries touch them instead of reading the whole index up front.
 ``ptr.npy``            int64 [V + 1]: term t's postings are ``ptr[t]:ptr[t+1]``
 ``doc_pos.npy``        int64 [P]: document position of each posting
 ``tf.npy``             float64 [P]: term frequency of each posting
+``impact.npy``         float64 [P]: each posting's BM25 contribution, so loading computes nothing
 ``ids.json``           the N document ids, in position order
 ``vocabulary.json``    the V terms, in term-id order
 ``params.json``        format version, k1, b, sizes, and the analyzer's description
@@ -43,10 +44,11 @@ from labsrc.records.loading import load_json
 __all__ = ["INDEX_FORMAT", "analyzer_from_description", "describe_analyzer", "load_bm25_index", "save_bm25_index"]
 
 #: Written into params.json; bumped whenever the layout changes.
-INDEX_FORMAT = {"name": "labsrc-bm25-index", "version": 1}
+INDEX_FORMAT = {"name": "labsrc-bm25-index", "version": 2}
 
 #: The arrays saved as .npy, and the NumPy kinds each may have ("f" float, "i"/"u" integer).
-_ARRAYS = {"doc_len": "fiu", "ptr": "iu", "doc_pos": "iu", "tf": "fiu"}
+# impact (version 2) is each posting's BM25 contribution, saved so that loading computes nothing.
+_ARRAYS = {"doc_len": "fiu", "ptr": "iu", "doc_pos": "iu", "tf": "fiu", "impact": "f"}
 
 
 def _analyzer_fields() -> list[dataclasses.Field[Any]]:
@@ -186,7 +188,7 @@ def load_bm25_index(directory: str | Path, mmap: bool = True) -> BM25Index:
     dtypes = params.get("dtypes")
     if not isinstance(dtypes, dict) or set(dtypes) != set(_ARRAYS):
         raise InvalidRecord(f"must name the dtype of each of {sorted(_ARRAYS)}", path=params_path, field="dtypes")
-    lengths = {"doc_len": n_docs, "ptr": n_terms + 1, "doc_pos": n_postings, "tf": n_postings}
+    lengths = {"doc_len": n_docs, "ptr": n_terms + 1, "doc_pos": n_postings, "tf": n_postings, "impact": n_postings}
     arrays = {}
     for name, kinds in _ARRAYS.items():
         try:
@@ -213,4 +215,5 @@ def load_bm25_index(directory: str | Path, mmap: bool = True) -> BM25Index:
         analyzer=analyzer,
         k1=k1,
         b=b,
+        impact=arrays["impact"],
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from functools import cached_property
 
 import numpy as np
 
@@ -68,6 +69,7 @@ class BM25Index:
         analyzer: Callable[[str], list[str]],
         k1: float,
         b: float,
+        impact: np.ndarray | None = None,
     ) -> None:
         check_params(k1, b)
         self.ids: tuple[str, ...] = tuple(ids)
@@ -81,21 +83,29 @@ class BM25Index:
         self.b = float(b)
         self.n_docs = len(self.ids)
         self.avgdl = float(doc_len.mean()) if self.n_docs else 0.0
-        self._position = {doc_id: i for i, doc_id in enumerate(self.ids)}
         df = np.diff(ptr)
         self.idf = idf_lucene(df, self.n_docs) if self.n_docs else np.zeros(0)
         # The length norm depends only on the document; compute it once per index.
         self.norm = length_norm(doc_len, self.avgdl, self.b) if self.avgdl > 0 else np.ones(self.n_docs)
         # Query-independent impacts, one per posting: idf(t) · saturated tf (see the class docstring).
-        self.impact = np.asarray(
-            bm25_term_score(np.repeat(self.idf, df), tf, self.norm[doc_pos], self.k1), dtype=np.float64
-        )
-        self.impact.setflags(write=False)
+        # A saved index passes its stored impacts (memory-mapped) instead of recomputing them.
+        if impact is None:
+            impact = bm25_term_score(np.repeat(self.idf, df), tf, self.norm[doc_pos], self.k1)
+        elif impact.shape != tf.shape:
+            raise InvalidArgument(f"impact has shape {impact.shape}; the postings have {tf.shape}")
+        self.impact = np.asarray(impact, dtype=np.float64)
+        if self.impact.flags.writeable:
+            self.impact.setflags(write=False)
         # Plain-Python copies for the per-query hot path: indexing a list is cheaper than a NumPy scalar.
         self._ptr = [int(x) for x in ptr]
         self._postings = np.asarray(doc_pos, dtype=np.intp)
         # Each term's largest contribution: MaxScore's upper bound (every term has a posting).
         self._bounds = np.maximum.reduceat(self.impact, ptr[:-1]).tolist() if self.impact.size else []
+
+    @cached_property
+    def _positions(self) -> dict[str, int]:
+        # Only explain() needs id -> position; built on first use, so loading stays fast.
+        return {doc_id: i for i, doc_id in enumerate(self.ids)}
 
     # --- building ---------------------------------------------------------------
 
@@ -262,7 +272,7 @@ class BM25Index:
 
         The contributions add up to the document's score.
         """
-        pos = self._position.get(doc_id)
+        pos = self._positions.get(doc_id)
         if pos is None:
             raise InvalidArgument(f"{doc_id!r} is not in this index (is it outside the caller's universe?)")
         rows = []
