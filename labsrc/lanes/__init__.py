@@ -15,6 +15,12 @@ from labsrc.lanes.analysis import (
     lesson_analyzer,
     tokens,
 )
+from labsrc.lanes.coverage import (
+    EMBED_COMMAND,
+    missing_query_vectors,
+    no_vector_hint,
+    query_lookup,
+)
 from labsrc.lanes.dense import (
     DenseIndex,
     DenseSource,
@@ -86,6 +92,7 @@ __all__ = [
     "DOCUMENT_TEXT_RECIPE",
     "DenseIndex",
     "DenseSource",
+    "EMBED_COMMAND",
     "EmbedderLoadError",
     "Encoder",
     "EncoderVectors",
@@ -132,6 +139,9 @@ __all__ = [
     "minilm_encoder",
     "minilm_model_record",
     "missing_model_fields",
+    "missing_query_vectors",
+    "no_vector_hint",
+    "query_lookup",
     "read_id_list",
     "read_queries",
     "save_bm25_index",

@@ -9,6 +9,8 @@ from labsrc.records.cases import (
     CASE_KINDS,
     Case,
     NEGATIVE_KINDS,
+    case_format_problems,
+    cases_digest,
     load_cases,
 )
 from labsrc.records.loading import (
@@ -33,6 +35,8 @@ __all__ = [
     "Field",
     "NEGATIVE_KINDS",
     "PolicyChunk",
+    "case_format_problems",
+    "cases_digest",
     "chunk_lookup",
     "iter_jsonl",
     "load_callers",

@@ -117,7 +117,7 @@ my_cases = [
     positive("eu-paraphrase-clm7", "the courier misplaced my package, can I get my money back", "luna-48291",
              "eu-carrier-loss-v1"),
     positive("eu-paraphrase-footwear", "sending back sneakers I never wore", "luna-48291", "eu-footwear-v1-rule"),
-    positive("us-paraphrase-price-match", "a rival store sells it cheaper, will you lower my price", "dana-us-17",
+    positive("us-paraphrase-price-match", "a rival store sells it cheaper, can I get the difference back", "dana-us-17",
              "us-price-match-v2"),
     # mixed: a code plus words
     positive("eu-mixed-rpl14", "RPL-14 replacement window for a cracked refurbished laptop", "luna-48291",
