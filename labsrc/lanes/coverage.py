@@ -53,8 +53,8 @@ def no_vector_hint(
 ) -> str:
     """``"3 of your case queries have no vector: run `labsrc embed ...`"``."""
     command = EMBED_COMMAND.format(chunks=chunks_path, cases=cases_path, out=out)
-    noun = "query has" if count == 1 else "queries have"
+    verb = "has" if count == 1 else "have"
     return (
-        f"{count} of your case {noun} no vector: run `{command}` (the 'embed' extra) "
+        f"{count} of your case queries {verb} no vector: run `{command}` (the 'embed' extra) "
         "and use that folder as your vectors"
     )
