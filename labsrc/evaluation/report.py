@@ -28,6 +28,7 @@ import pandas as pd
 from labsrc.errors import InvalidArgument
 from labsrc.evaluation.config import LANES
 from labsrc.evaluation.gates import GATE_TABLE, CaseOutcome, GateRun
+from labsrc.records.cases import cases_digest
 
 __all__ = [
     "REPORT_FILES",
@@ -234,6 +235,8 @@ def report_dict(run: GateRun) -> dict[str, Any]:
             "gates": [g.to_dict() for g in run.gates],
             "cases": cases,
             "latency": latency,
+            # The rubric compares it with the cases file it grades: a report of other cases is stale.
+            "cases_sha256": cases_digest([o.case for o in run.outcomes]),
         }
     )
 

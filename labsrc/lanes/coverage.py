@@ -15,7 +15,7 @@ from typing import Any
 
 from labsrc.records.cases import Case
 
-__all__ = ["EMBED_COMMAND", "missing_query_vectors", "no_vector_hint", "query_lookup"]
+__all__ = ["EMBED_COMMAND", "missing_query_vectors", "missing_vectors_note", "no_vector_hint", "query_lookup"]
 
 #: The command that embeds a learner's chunks and case queries (needs the ``embed`` extra).
 EMBED_COMMAND = "labsrc embed --chunks {chunks} --queries {cases} --out {out}"
@@ -58,3 +58,26 @@ def no_vector_hint(
         f"{count} of your case queries {verb} no vector: run `{command}` (the 'embed' extra) "
         "and use that folder as your vectors"
     )
+
+
+def missing_vectors_note(
+    source: Any,
+    cases: Sequence[Case],
+    *,
+    chunks_path: str | None = None,
+    cases_path: str | None = None,
+    vectors_path: str | None = None,
+    limit: int = 8,
+) -> str | None:
+    """The :func:`no_vector_hint` for the cases whose queries ``source`` has no vector for, naming a few; None if none."""
+    lacking = missing_query_vectors(source, cases) or []
+    if not lacking:
+        return None
+    hint = no_vector_hint(
+        len(lacking),
+        chunks_path=str(chunks_path or "CHUNKS.jsonl"),
+        cases_path=str(cases_path or "CASES.jsonl"),
+        out=str(vectors_path or "vectors/all-MiniLM-L6-v2"),
+    )
+    more = f" and {len(lacking) - limit} more" if len(lacking) > limit else ""
+    return f"{hint}; their dense lane is empty until then: {', '.join(lacking[:limit])}{more}"

@@ -26,7 +26,7 @@ def check_dense_source(source: Any, cases: Sequence[Case] = (), *, cases_path: s
     out = Collector("step 3, real encoder")
     version = str(getattr(source, "version", ""))
     model = dict(getattr(source, "model", None) or {})
-    frozen = version.startswith("fixture-") or version.startswith("hashing-")
+    frozen = version.startswith(("fixture-", "hashing-"))
     out.check(
         bool(version) and not frozen,
         f"dense version {version!r}",

@@ -9,6 +9,7 @@ reads as one line with a few examples.
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -188,7 +189,7 @@ def _scores(out: Collector, label: str, candidates: list[Any], outcome: CaseOutc
                     f"give {terms} = {truth:.6f}: rrf_score is the sum of 1/(rrf_k + rank) over the lanes that "
                     "returned the chunk (o.scores['hybrid'])", kind="rrf_score that is not the RRF of the lane ranks")
     numbers = [s for s in scores if isinstance(s, (int, float)) and not isinstance(s, bool)]
-    if len(numbers) == len(scores) and any(a < b for a, b in zip(numbers, numbers[1:])):
+    if len(numbers) == len(scores) and any(a < b for a, b in pairwise(numbers)):
         out.problem(f"{label}: rrf_score must not increase down the list", kind="rrf_score increasing")
 
 
