@@ -37,7 +37,8 @@ EXPECTED_FEEDBACK = {
     ],
     "06-reranker-candidates": [
         "case 'eu-exact-clm7': candidates are not the fused list",
-        "ranks are [0, 1, 2, 3]; they must be 1, 2, ... in order (1-based)",
+        "0-based ranks, for example:",
+        "ranks are [0]; they must be 1, 2, ... in order (1-based)",
         "every candidate needs its rrf_score",
     ],
 }
