@@ -18,6 +18,7 @@ from labsrc.lanes.analysis import (
 from labsrc.lanes.coverage import (
     EMBED_COMMAND,
     missing_query_vectors,
+    missing_vectors_note,
     no_vector_hint,
     query_lookup,
 )
@@ -140,6 +141,7 @@ __all__ = [
     "minilm_model_record",
     "missing_model_fields",
     "missing_query_vectors",
+    "missing_vectors_note",
     "no_vector_hint",
     "query_lookup",
     "read_id_list",
