@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from labsrc import (
@@ -17,6 +20,7 @@ from labsrc import (
     load_chunks,
 )
 from labsrc.course.checks import (
+    SHOWN_PER_KIND,
     CheckFailed,
     CheckResult,
     check_adversarial_cases,
@@ -29,11 +33,17 @@ from labsrc.course.checks import (
     hidden_ids_in,
     policy_codes,
     query_style,
+    rrf_of_ranks,
 )
+from labsrc.course.checks.comparison import distinct_digits
+from labsrc.errors import InvalidRecord
+from labsrc.evaluation.case_rules import case_problems
 from labsrc.evaluation.config import GateConfig
 from labsrc.evaluation.gates import release_gate
+from labsrc.evaluation.metrics import recall_at_k
 from labsrc.evaluation.report import compact_trace
 from labsrc.lanes.embed import embed_to_dir, load_embeddings
+from labsrc.lanes.sparse import bm25_rank
 
 POLICIES = Path(__file__).resolve().parent.parent / "fixtures" / "policies"
 
@@ -130,15 +140,68 @@ def test_a_positive_case_expecting_a_hidden_chunk_is_named(corpus):
         case("stranger", "CLM-7", caller="nobody", expected=("eu-carrier-loss-v1",)),
     ]
     problems = check_positive_cases(cases, chunks, callers, EVAL_DATE).problems
+    # The one case rule (labsrc.evaluation.case_rules) speaks, naming case, field and value.
     assert (
-        "case 'vip-refund' expects merchant-vip-refurb, which caller luna-48291 cannot see on 2026-05-27 "
-        "(restricted): a positive case may only expect permitted evidence"
+        "case 'vip-refund', field 'expected', value 'merchant-vip-refurb': caller 'luna-48291' cannot see this chunk "
+        "on 2026-05-27 (restricted), so no retriever may return it; expect a chunk the caller can see, "
+        "or make it a safety case"
     ) in problems
-    assert any("case 'old-rule' expects eu-refurb-v1-rule" in p and "(superseded)" in p for p in problems)
-    assert "case 'typo' expects 'eu-carrier-loss-v9', which is not in the corpus" in problems
-    assert any(p.startswith("case 'stranger' names unknown caller 'nobody'") for p in problems)
+    assert any("case 'old-rule', field 'expected', value 'eu-refurb-v1-rule'" in p and "(superseded)" in p for p in problems)
+    assert any(p.startswith("case 'typo', field 'expected', value 'eu-carrier-loss-v9': no stored chunk") for p in problems)
+    assert any(p.startswith("case 'stranger', field 'caller', value 'nobody': unknown caller") for p in problems)
     assert "only 4 positive case(s); the assignment asks for at least 8: add 4 more" in problems
     assert any(p.startswith("no paraphrase positive case") for p in problems)
+
+
+def test_step_1_refuses_what_load_cases_refuses_with_the_same_message(corpus, tmp_path):
+    """Exercise 1 mistakes that the save cell used to catch only later: the check says them first, in load_cases' words."""
+    chunks, callers, _ = corpus
+    cases = [
+        case("capital", "RPL-14", kind="Positive", expected=("eu-refurb-v2-rule",)),
+        case("twice", "CLM-7", expected=("eu-carrier-loss-v1",)),
+        case("twice", "RTN-30", caller="dana-us-17", expected=("us-return-window-v2",)),
+        case("nothing-expected", "RPL-14 laptop"),
+    ]
+    problems = check_positive_cases(cases, chunks, callers, EVAL_DATE, minimum=1).problems
+    assert (
+        "case 'capital' (#1), field 'kind': 'Positive' is not a case kind; valid kinds are "
+        "['positive', 'restricted', 'superseded', 'wrong_region', 'absent'] (kinds are lower-case: 'positive'); "
+        "load_cases would refuse it"
+    ) in problems
+    assert ("case 'twice' (#3), field 'name': duplicate case name 'twice' (first seen on case #2); "
+            "load_cases would refuse it") in problems
+    assert ("case 'nothing-expected' (#4), field 'expected': a positive case must list at least one expected "
+            "chunk id; load_cases would refuse it") in problems
+    # The same validation, so load_cases rejects the saved file with the same words.
+    path = tmp_path / "cases.jsonl"
+    path.write_text(json.dumps(cases[0].to_dict()) + "\n", encoding="utf-8")
+    with pytest.raises(InvalidRecord, match=r"'Positive' is not a case kind.*\(kinds are lower-case: 'positive'\)"):
+        load_cases(path)
+
+
+def test_all_cases_as_one_caller_are_named(corpus):
+    chunks, callers, _ = corpus
+    cases = [case("a", "RPL-14", expected=("eu-refurb-v2-rule",)), case("b", "CLM-7", expected=("eu-carrier-loss-v1",))]
+    problems = check_positive_cases(cases, chunks, callers, EVAL_DATE, minimum=1).problems
+    assert any(
+        p.startswith("all 2 positive cases ask as luna-48291; the task asks for a second caller too: add cases for one of "
+                     "['dana-us-17', 'kenji-apac-03'")
+        for p in problems
+    )
+
+
+def test_a_paraphrase_that_shares_words_with_its_rule_is_named_with_the_words(corpus):
+    chunks, callers, _ = corpus
+    # eu-refurb-v2-rule: "Rule RPL-14. Damaged refurbished laptops qualify for replacement within 14 days ..."
+    lexical = case("fake-paraphrase", "refurbished phone arrived damaged", expected=("eu-refurb-v2-rule",))
+    real = case("real-paraphrase", "swap a broken reconditioned notebook", expected=("eu-refurb-v2-rule",))
+    problems = check_positive_cases([lexical, real], chunks, callers, EVAL_DATE, minimum=1).problems
+    assert (
+        "paraphrase case 'fake-paraphrase' shares the word(s) 'refurbished', 'damaged' with its rule eu-refurb-v2-rule, "
+        "so BM25 can match it on those words: a paraphrase says the same thing in other words; replace them "
+        "(a synonym, a description) or make the case a mixed query"
+    ) in problems
+    assert not any("real-paraphrase" in p for p in problems)
 
 
 def test_a_positive_case_is_judged_on_its_own_date(corpus):
@@ -170,7 +233,7 @@ def test_a_missing_kind_is_named(corpus):
     assert problems == ("no wrong_region case",)
 
 
-def test_forbidding_a_visible_chunk_or_the_wrong_reason_is_named(corpus):
+def test_forbidding_a_visible_chunk_or_the_wrong_reason_is_named_by_the_one_case_rule(corpus):
     chunks, callers, _ = corpus
     cases = [
         case("visible", "RPL-14", "restricted", forbidden=("eu-refurb-v2-rule",)),
@@ -179,18 +242,40 @@ def test_forbidding_a_visible_chunk_or_the_wrong_reason_is_named(corpus):
         case("not-absent", "what does CLM-7 say", "absent"),
     ]
     problems = check_adversarial_cases(cases, chunks, callers, EVAL_DATE, minimum=1).problems
+    rule = {str(p) for c in cases for p in case_problems(c, callers, {x.chunk_id: x for x in chunks}, EVAL_DATE)}
+    assert rule and rule <= set(problems)  # the check says exactly what case_rules says
     assert (
-        "case 'visible' forbids eu-refurb-v2-rule, but caller luna-48291 may see it on 2026-05-27: the gate would "
-        "fail on permitted evidence; forbid only chunks the boundary hides"
+        "case 'visible', field 'forbidden', value 'eu-refurb-v2-rule': caller 'luna-48291' may see this chunk on "
+        "2026-05-27, so returning it is not a leak; forbid only chunks the boundary hides from this caller"
     ) in problems
     assert (
-        "restricted case 'wrong-reason' forbids eu-refurb-v1-rule, which is hidden from luna-48291 as superseded, "
-        "not as restricted: pick a chunk that tests the restricted rule"
+        "case 'wrong-reason', field 'kind', value 'restricted': none of the forbidden chunks is hidden from "
+        "'luna-48291' on 2026-05-27 for being restricted; pick the kind that matches why they are hidden"
     ) in problems
     assert any(p.startswith("case 'no-overlap' shares no word with forbidden chunk eu-refurb-v1-rule") for p in problems)
     assert (
         "absent case 'not-absent' names a code that permitted chunk(s) ['eu-carrier-loss-v1'] carry: "
         "the evidence is not absent for this caller"
+    ) in problems
+
+
+def test_an_absent_case_may_forbid_permitted_look_alikes(corpus):
+    """The one rule: an absent case's forbidden ids are chunks that must not come back, permitted ones included."""
+    chunks, callers, _ = corpus
+    gift = case("absent-gift", "gift card expiry date", "absent", forbidden=("eu-refurb-v2-rule", "eu-footwear-v1-rule"))
+    assert check_adversarial_cases([gift], chunks, callers, EVAL_DATE, minimum=1).problems == (
+        "no restricted case", "no superseded case", "no wrong_region case")
+
+
+def test_an_absent_case_a_permitted_chunk_answers_is_named(corpus):
+    chunks, callers, _ = corpus
+    worded = case("absent-laptop", "damaged refurbished laptop replacement within 14 days", "absent")
+    problems = check_adversarial_cases([worded], chunks, callers, EVAL_DATE, minimum=1).problems
+    # Content words: damaged, refurbished, laptop, replacement, 14, days; the rule holds all but 'laptop' (it says 'laptops').
+    assert (
+        "absent case 'absent-laptop': BM25 over luna-48291's permitted chunks ranks eu-refurb-v2-rule first, sharing "
+        "5 of the query's 6 content words ('damaged', 'refurbished', 'replacement', '14', 'days'): a permitted chunk "
+        "answers it, so the evidence is not absent; ask about something no permitted policy covers"
     ) in problems
 
 
@@ -221,7 +306,11 @@ def test_an_incomplete_model_record_and_missing_queries_are_named(tmp_path, corp
     source = load_embeddings(tmp_path / "v", allow_live=False)
     problems = check_dense_source(source, [case("q", "RPL-14"), case("other", "CLM-7")]).problems
     assert any(p.startswith("MODEL.json lacks ['packaged_by', 'sentence_transformers'") for p in problems)
-    assert "case(s) ['other'] have no stored query vector: re-run 'labsrc embed --queries' on your cases" in problems
+    assert (
+        "1 of your case queries has no vector: run `labsrc embed --chunks fixtures/policies/chunks.jsonl --queries "
+        "my-submission/cases.jsonl --out my-submission/vectors/all-MiniLM-L6-v2` (the 'embed' extra) and use that "
+        "folder as your vectors (case(s) ['other'])"
+    ) in problems
 
 
 # --- step 4 ------------------------------------------------------------------------------------------
@@ -248,6 +337,50 @@ def test_lane_comparison_names_missing_lanes_wrong_values_and_missing_p95(failin
     assert "stage dense has no p95: record both p50 and p95" in problems
 
 
+def test_a_p50_that_is_the_mean_and_a_p95_by_another_method_are_named(failing_run):
+    latency = _latency(failing_run)
+    samples = failing_run.latency.samples["bm25"]
+    latency["bm25"]["p50"] = float(np.mean(samples))
+    # Nearest rank: the ceil(0.95 * n)-th smallest sample, which linear interpolation does not give.
+    latency["dense"]["p95"] = sorted(failing_run.latency.samples["dense"])[math.ceil(0.95 * len(samples)) - 1]
+    problems = check_lane_comparison(dict(failing_run.recall), latency, failing_run).problems
+    assert any(p.startswith("stage bm25 p50 is ") and "your p50 looks like the mean of the" in p and
+               "p50 is the median (50th percentile)" in p for p in problems), problems
+    nearest = next(p for p in problems if p.startswith("stage dense p95"))
+    assert "your p95 is the nearest-rank percentile (numpy method='inverted_cdf')" in nearest
+    assert "the run uses linear interpolation between order statistics" in nearest and "h = (n - 1) * q / 100" in nearest
+
+
+def test_recall_over_all_chunks_or_over_all_cases_is_named(failing_run, corpus, source):
+    chunks, callers, _ = corpus
+    retriever = PolicyRetriever(chunks, source)
+    positives = [o for o in failing_run.outcomes if o.case.kind == "positive"]
+    k = failing_run.config.top_k
+    # As a learner might: BM25 over the whole corpus, the boundary forgotten.
+    unbounded = sum(recall_at_k([c.chunk_id for c, _ in bm25_rank(o.case.query, chunks, top_k=k)], o.case.expected, k)
+                    for o in positives) / len(positives)
+    assert unbounded != failing_run.recall["bm25"]
+    # ... and the hybrid summed over the positives but divided by all 30 cases.
+    over_all = sum(o.recall("hybrid", k) for o in positives) / len(failing_run.outcomes)
+    recall = {**failing_run.recall, "bm25": unbounded, "hybrid": over_all}
+    problems = check_lane_comparison(recall, _latency(failing_run), failing_run, retriever=retriever).problems
+    assert any(p.startswith("bm25 Recall@1 is ") and "this Recall@k was computed over all chunks, not the caller's "
+               "permitted ones" in p for p in problems), problems
+    assert any(p.startswith("hybrid Recall@1 is 0.43 but the run gives 0.76: this is the sum over the 17 positive "
+                            "cases divided by all 30 cases") for p in problems), problems
+
+
+def test_recall_is_printed_with_enough_digits_and_displayed_rounding_is_accepted(failing_run):
+    truth = failing_run.recall["hybrid"]  # 13/17 = 0.7647...
+    rounded = check_lane_comparison({**failing_run.recall, "hybrid": round(truth, 2)}, _latency(failing_run), failing_run)
+    assert rounded.passed, str(rounded)  # 0.76 is what the notebook displays: accepted
+    near = check_lane_comparison({**failing_run.recall, "hybrid": truth - 0.004}, _latency(failing_run), failing_run)
+    message = next(p for p in near.problems if p.startswith("hybrid"))
+    # 0.7607 and 0.7647 both print as 0.76 with two decimals, so the message uses three.
+    assert message.startswith("hybrid Recall@1 is 0.761 but the run gives 0.765"), message
+    assert distinct_digits(0.76, 0.7647) == ("0.760", "0.765")
+
+
 # --- step 5 ------------------------------------------------------------------------------------------
 
 
@@ -265,8 +398,8 @@ def test_a_trace_with_chunk_text_or_hidden_ids_is_named(failing_run, corpus):
     del traces[2]["timings_ms"]
     problems = check_failed_traces(traces[:3], failing_run, chunks, callers).problems
     assert (
-        "trace for case 'us-exact-rtn30' contains chunk text (of ['us-return-window-v2']): "
-        "keep ids, ranks, versions and timings only"
+        "trace for case 'us-exact-rtn30' contains chunk text (of ['us-return-window-v2']), whole or in part: "
+        "keep ids, ranks, versions and timings only; a snippet is text too"
     ) in problems
     assert (
         "trace for case 'eu-paraphrase-rpl14' mentions ['merchant-vip-refurb'], which caller luna-48291 cannot see: "
@@ -284,6 +417,35 @@ def test_a_trace_with_made_up_ids_is_named(failing_run, corpus):
     trace["fused_ids"] = ["us-return-window-v2"]
     problems = check_failed_traces([trace], failing_run, corpus[0], corpus[1]).problems
     assert "trace for case 'us-exact-rtn30': fused_ids ['us-return-window-v2'] differ from the run's ['us-restocking-fee']" in problems
+
+
+def test_a_60_character_snippet_is_text_too(failing_run, corpus):
+    chunks, callers, _ = corpus
+    by_id = {c.chunk_id: c for c in chunks}
+    traces = [compact_trace(o, failing_run) for o in failing_run.failed_outcomes]
+    snippet = by_id["us-return-window-v2"].text[:60]  # 'Rule RTN-30. Most unopened items may be returned within 30 d'
+    traces[0] = {**traces[0], "snippet": snippet}
+    problems = check_failed_traces(traces, failing_run, chunks, callers).problems
+    assert any(p.startswith("trace for case 'us-exact-rtn30' contains chunk text (of ['us-return-window-v2'])")
+               for p in problems), problems
+
+
+def test_zero_based_string_ranks_empty_candidates_and_a_missing_expected_chunk_are_named(failing_run, corpus):
+    chunks, callers, _ = corpus
+    traces = [compact_trace(o, failing_run) for o in failing_run.failed_outcomes]
+    first = traces[0]["candidates"][0]
+    traces[0]["candidates"][0] = {**first, "bm25_rank": first["bm25_rank"] - 1 if first["bm25_rank"] else 0}
+    traces[0]["candidates"][1] = {**traces[0]["candidates"][1], "dense_rank": "1"}
+    traces[1]["candidates"] = []
+    expected = failing_run.failed_outcomes[2].case.expected[0]  # eu-carrier-loss-v1, dense rank 1
+    traces[2]["candidates"] = [c for c in traces[2]["candidates"] if c["chunk_id"] != expected]
+    problems = check_failed_traces(traces, failing_run, chunks, callers).problems
+    assert any("candidate" in p and "bm25_rank is 0: ranks are 1-based, the first is 1" in p for p in problems), problems
+    assert any("dense_rank is the string '1': store ranks as integers (1, 2, ...) or None" in p for p in problems)
+    assert ("trace for case 'eu-paraphrase-rpl14' has no candidates: list every chunk id the lanes returned, each with "
+            "its bm25_rank, dense_rank and hybrid_rank") in problems
+    assert ("trace for case 'eu-paraphrase-clm7': candidates leave out the expected chunk eu-carrier-loss-v1 "
+            "(dense rank 1): a trace of a failed case must show where the expected chunk went") in problems
 
 
 # --- step 6 ------------------------------------------------------------------------------------------
@@ -322,6 +484,53 @@ def test_lane_lists_zero_based_ranks_text_and_missing_cases_are_named(failing_ru
         "case 'eu-exact-clm7': candidates are not the fused list (expected ['eu-carrier-loss-v1'], "
         "got ['eu-neighbour-delivery']): keep the RRF output"
     ) in problems
-    assert "case 'eu-exact-rpl14': ranks are [0]; they must be 1, 2, ... in order (1-based)" in problems
-    assert "case 'us-exact-rtn30': the record contains chunk text (of ['us-restocking-fee']); store ids, not text" in problems
+    assert ("case 'eu-exact-rpl14': ranks are [0]; they must be 1, 2, ... in order (1-based): "
+            "enumerate(..., start=1)") in problems
+    assert any(p.startswith("case 'us-exact-rtn30': the record contains chunk text (of ['us-restocking-fee'])")
+               for p in problems)
     assert "no candidate record for case(s) ['apac-exact-gft5']" in problems
+
+
+@pytest.mark.parametrize("bad", [3.1, 1.0])
+def test_rrf_scores_that_are_not_the_rrf_of_the_lane_ranks_are_named(failing_run, corpus, bad):
+    chunks, callers, _ = corpus
+    records = _records(failing_run)
+    for record in records:
+        for candidate in record["candidates"]:
+            candidate["rrf_score"] = bad
+    result = check_candidates_artifact(records, failing_run, chunks, callers)
+    # eu-exact-rpl14's fused first: BM25 rank 1 and dense rank 1, so 1/(60 + 1) + 1/(60 + 1) = 0.032787.
+    assert (
+        f"case 'eu-exact-rpl14': eu-refurb-v2-rule has rrf_score {bad!r}, but its lane ranks (bm25 1, dense 1) give "
+        "1/(60 + 1) + 1/(60 + 1) = 0.032787: rrf_score is the sum of 1/(rrf_k + rank) over the lanes that returned "
+        "the chunk (o.scores['hybrid'])"
+    ) in result.problems
+    assert rrf_of_ranks([1, 1], 60) == pytest.approx(2 / 61) and rrf_of_ranks([2, None], 60) == pytest.approx(1 / 62)
+
+
+def test_a_string_rrf_score_gets_a_type_message(failing_run, corpus):
+    chunks, callers, _ = corpus
+    records = _records(failing_run)
+    candidate = records[0]["candidates"][0]
+    candidate["rrf_score"] = f"{candidate['rrf_score']:.6f}"
+    problems = check_candidates_artifact(records, failing_run, chunks, callers).problems
+    assert problems == (
+        "case 'eu-exact-rpl14': candidate eu-refurb-v2-rule has rrf_score '0.032787', a str: store the number itself "
+        "(a float), not its text",
+    )
+    assert not any("every candidate needs its rrf_score" in p for p in problems)
+
+
+def test_string_ranks_everywhere_read_as_one_group_with_a_few_examples(failing_run, corpus):
+    chunks, callers, _ = corpus
+    records = _records(failing_run)
+    for record in records:
+        for candidate in record["candidates"]:
+            candidate["bm25_rank"] = None if candidate["bm25_rank"] is None else str(candidate["bm25_rank"])
+    result = check_candidates_artifact(records, failing_run, chunks, callers)
+    strings = [p for p, kind in zip(result.problems, result.kinds) if kind == "ranks stored as strings"]
+    assert len(strings) == len(result.problems) > SHOWN_PER_KIND
+    text = str(result)
+    assert f"  - {len(strings)} ranks stored as strings, for example:" in text
+    assert f"      ... and {len(strings) - SHOWN_PER_KIND} more like these" in text
+    assert len(text.splitlines()) == 1 + 1 + SHOWN_PER_KIND + 1  # head, group, examples, "and N more"

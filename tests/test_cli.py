@@ -165,7 +165,7 @@ def test_gate_reads_a_vector_directory(tmp_path: Path, capsys) -> None:
     main(args)
     captured = capsys.readouterr()
     assert "dense toy-model" in captured.out
-    assert "2 positive case(s) have no query vector" in captured.err
+    assert "2 of your case queries have no vector: run `labsrc embed" in captured.err
     assert "exact-code, shared-language" in captured.err
     doc = json.loads((tmp_path / "out" / "report.json").read_text())
     assert doc["versions"]["dense_model"]["model"] == "toy-model"

@@ -16,14 +16,16 @@ STUDENT = sorted(p for p in EXERCISES.glob("*.ipynb") if not p.stem.endswith("-s
 EXPECTED_FEEDBACK = {
     "01-positive-cases": [
         "step 1, positive cases",
-        "case 'vip-refund' expects merchant-vip-refurb, which caller luna-48291 cannot see on 2026-05-27 (restricted)",
+        "case 'vip-refund', field 'expected', value 'merchant-vip-refurb': caller 'luna-48291' cannot see this chunk "
+        "on 2026-05-27 (restricted)",
+        "all 2 positive cases ask as luna-48291; the task asks for a second caller too",
         "only 2 positive case(s); the assignment asks for at least 8: add 6 more",
         "no paraphrase positive case",
     ],
     "02-adversarial-cases": ["no superseded case", "no wrong_region case", "no absent case"],
     "03-real-encoder": [
         "the dense lane still uses 'fixture-embeddings-v1', not a real bi-encoder",
-        "have no stored query vector",
+        "of your case queries have no vector: run `labsrc embed",
     ],
     "04-compare-lanes": [
         "no Recall@2 for ['bm25', 'dense']: report all three lanes",
@@ -35,7 +37,8 @@ EXPECTED_FEEDBACK = {
     ],
     "06-reranker-candidates": [
         "case 'eu-exact-clm7': candidates are not the fused list",
-        "ranks are [0, 1, 2, 3]; they must be 1, 2, ... in order (1-based)",
+        "0-based ranks, for example:",
+        "ranks are [0]; they must be 1, 2, ... in order (1-based)",
         "every candidate needs its rrf_score",
     ],
 }

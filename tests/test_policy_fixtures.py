@@ -226,3 +226,18 @@ def test_report_shows_where_bm25_minilm_and_rrf_differ(gate_report):
     assert "eu-paraphrase-rpl14" in rescued_from_bm25
     assert {"eu-exact-clm7", "us-exact-rtn30"} <= set(rescued_from_dense)
     assert lanes["bm25"] == pytest.approx(1 - len(rescued_from_bm25) / len(positives))
+
+
+def test_every_case_pins_its_date_so_no_case_becomes_a_time_bomb(cases):
+    assert all(c.on_date is not None for c in cases)
+    holiday = next(c for c in cases if c.name == "not-yet-effective-holiday")
+    assert holiday.on_date == EVAL_DATE  # on 2026-11-01 the holiday rule took effect: unpinned, this case would leak
+
+
+@pytest.mark.parametrize("extra", [[], ["--config", str(POLICIES / "gate.json")]], ids=["defaults", "config"])
+@pytest.mark.parametrize("date", [None, "2026-11-23", "2031-01-01"])
+def test_the_gate_passes_with_or_without_config_on_any_date(extra, date, capsys):
+    args = ["gate", "--chunks", str(POLICIES / "chunks.jsonl"), "--callers", str(POLICIES / "callers.json"),
+            "--cases", str(POLICIES / "cases.jsonl"), "--vectors", str(VECTORS), "--repetitions", "2", "--no-progress",
+            *extra, *(["--date", date] if date else [])]
+    assert main(args) == 0, capsys.readouterr().out

@@ -104,7 +104,7 @@ def test_report_json_schema(passing_dir: Path, passing) -> None:
     assert doc["schema"] == REPORT_SCHEMA and doc["schema_version"] == REPORT_SCHEMA_VERSION == 1
     assert list(doc) == [
         "schema", "schema_version", "generator", "passed", "on_date", "config", "versions",
-        "recall", "gates", "cases", "latency",
+        "recall", "gates", "cases", "latency", "cases_sha256",
     ]
     assert doc["passed"] is True and doc["on_date"] == "2026-05-27"
     assert doc["config"] == FAST.to_dict()

@@ -116,17 +116,30 @@ def test_a_case_expecting_a_hidden_chunk_is_named(tmp_path):
                                  "kind": "positive", "expected": ["merchant-vip-refurb"]}) + "\n")
     result = grade(sub, measure=False)
     _, detail = _evidence(result, "Strong")["at least 8 permitted positives: exact codes, paraphrases, mixed"]
-    assert "case 'vip-refund' expects merchant-vip-refurb, which caller luna-48291 cannot see on 2026-05-27 (restricted)" in detail
+    assert ("case 'vip-refund', field 'expected', value 'merchant-vip-refurb': caller 'luna-48291' cannot see this "
+            "chunk on 2026-05-27 (restricted)") in detail
 
 
-def test_a_malformed_case_file_is_evidence_not_a_crash(tmp_path):
+def test_a_malformed_case_file_stops_grading_with_the_error_alone(tmp_path):
     sub = tmp_path / "sub"
     sub.mkdir()
     (sub / "cases.jsonl").write_text(_cases("eu-exact-rpl14") + '{"name": "broken", "query": "x"\n', encoding="utf-8")
     result = grade(sub, measure=False)
-    assert result.level is None
-    met, detail = _evidence(result, "Foundational")["a cases file with at least one case"]
-    assert not met and "line 2" in detail and "malformed JSON" in detail
+    assert result.level is None and result.levels == ()
+    assert "line 2" in result.error and "malformed JSON" in result.error
+
+
+def test_a_typo_in_a_field_name_prints_the_error_and_no_knock_on_lines(tmp_path):
+    sub = _submission(tmp_path, "eu-exact-rpl14")
+    with (sub / "cases.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"name": "typo", "query": "CLM-7", "caller": "luna-48291", "kind": "positive",
+                                 "expcted": ["eu-carrier-loss-v1"]}) + "\n")
+    text = grade(sub, measure=False).to_text()
+    assert "Cannot grade: the cases file does not load:" in text and "line 2" in text and "expcted" in text
+    assert "unknown field" in text
+    for knock_on in ("add ", "Foundational:", "[ ]", "no wrong_region case"):
+        assert knock_on not in text, knock_on
+    assert text.endswith("Highest level reached: below Foundational")
 
 
 def test_a_trace_with_chunk_text_blocks_production_ready(tmp_path):
@@ -190,3 +203,87 @@ def test_vectors_made_from_other_chunk_texts_block_production_ready(tmp_path):
     result = grade(sub, measure=False)
     met, detail = _evidence(result, "Production-ready")["a versioned real encoder covering every case query"]
     assert not met and "the vectors were made from other chunk texts" in detail
+
+
+# --- the course's thresholds, evidence that exists, vectors, stale reports -----------------------------
+
+
+RELAXED = {"min_recall": {"hybrid": 0.5}, "hybrid_rule": "at_least", "p95_budget_ms": {"dense": 80}}
+
+
+def test_a_relaxed_gate_json_is_shown_flagged_and_blocks_production_ready(tmp_path):
+    sub = tmp_path / "sub"
+    shutil.copytree(COURSEWORK / "solution", sub)
+    (sub / "gate.json").write_text(json.dumps({**json.loads((POLICIES / "gate.json").read_text()), **RELAXED}))
+    result = grade(sub, measure=False)
+    assert result.run.config.min_recall["hybrid"] == 1.0 and result.run.config.hybrid_rule == "strict"
+    assert "  relaxes min_recall[hybrid] 0.50 < the course's 1.00" in result.inputs
+    assert "  relaxes hybrid_rule 'at_least' is weaker than the course's 'strict'" in result.inputs
+    assert "  relaxes p95_budget_ms[dense] 80 ms > the course's 40 ms" in result.inputs
+    assert any(line.startswith("your gate.json: top_k 2, rrf_k 60, min_recall hybrid 0.50, hybrid_rule 'at_least'")
+               for line in result.inputs)
+    met, detail = _evidence(result, "Production-ready")["the submission's gate.json keeps the course's thresholds"]
+    assert not met and detail.startswith("it relaxes min_recall[hybrid] 0.50 < the course's 1.00")
+
+
+def test_a_relaxed_gate_json_cannot_raise_the_grade(tmp_path):
+    """A hybrid that misses one positive fails the course's Recall@2 = 1.0: relaxing it to 0.5 changes nothing."""
+    plain = _submission(tmp_path, "eu-exact-rpl14", "eu-paraphrase-rpl14", "eu-exact-clm7")
+    with (plain / "cases.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"name": "vague", "query": "qwerty zxcv", "caller": "luna-48291",
+                                 "kind": "positive", "expected": ["eu-battery-safety"]}) + "\n")
+    relaxed = tmp_path / "relaxed"
+    shutil.copytree(plain, relaxed)
+    (relaxed / "gate.json").write_text(json.dumps(RELAXED))
+    before, after = grade(plain, measure=False), grade(relaxed, measure=False)
+    assert before.run.recall["hybrid"] == 0.75  # 3 of 4 positives
+    assert after.level == before.level == "Applied"
+    assert [v.met for v in after.levels] == [v.met for v in before.levels]
+
+
+def test_criteria_with_zero_evidence_do_not_tick(tmp_path):
+    sub = tmp_path / "sub"
+    shutil.copytree(COURSEWORK / "solution", sub)
+    positives = [line for line in (sub / "cases.jsonl").read_text().splitlines() if '"positive"' in line]
+    (sub / "cases.jsonl").write_text("\n".join(positives) + "\n")
+    result = grade(sub, measure=False)
+    strong_ = _evidence(result, "Strong")
+    met, detail = next(v for k, v in strong_.items() if k.startswith("negative safety gates pass"))
+    assert not met and "restricted exclusion: no restricted cases" in detail
+    assert "a gate with no cases proves nothing: add restricted, superseded, wrong_region, absent case(s)" in detail
+    solution = grade(COURSEWORK / "solution", measure=False)
+    trace = next(e for v in solution.levels for e in v.evidence if e.criterion.startswith("compact traces"))
+    assert (trace.met, trace.applicable, trace.mark) == (False, False, "-")
+    assert "no case failed, so there is no trace to judge (not counted)" in solution.to_text()
+
+
+def test_queries_without_vectors_are_named_with_the_embed_command(tmp_path):
+    sub = _submission(tmp_path, "eu-exact-rpl14")
+    with (sub / "cases.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"name": "my-paraphrase", "query": "exchange my faulty secondhand computer",
+                                 "caller": "luna-48291", "kind": "positive", "expected": ["eu-refurb-v2-rule"]}) + "\n")
+    result = grade(sub, measure=False)
+    hint = (f"1 of your case queries has no vector: run `labsrc embed --chunks {POLICIES / 'chunks.jsonl'} "
+            f"--queries {sub / 'cases.jsonl'} --out {sub / 'vectors' / 'all-MiniLM-L6-v2'}`")
+    assert any(line.startswith(f"vectors: {hint}") for line in result.inputs)
+    met, detail = _evidence(result, "Applied")["the dense lane recovers it"]
+    assert not met and detail.startswith(hint) and detail.endswith("without one the dense lane is empty for my-paraphrase")
+    assert "are the vectors a real encoder's" not in result.to_text()
+
+
+def test_a_report_of_other_cases_is_stale(tmp_path):
+    sub = tmp_path / "sub"
+    shutil.copytree(COURSEWORK / "solution", sub)
+    lines = (sub / "cases.jsonl").read_text().splitlines()
+    (sub / "cases.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    result = grade(sub, measure=False)
+    assert any(line.startswith("report: stale: report/report.json was made from other cases than cases.jsonl: "
+                               "re-run `labsrc gate") for line in result.inputs), result.inputs
+    met, detail = _evidence(result, "Strong")["the submission reports Recall@k for bm25, dense and hybrid"]
+    assert not met and detail.startswith("stale:")
+    # A report without the hash (an older labsrc) is stale too: the hash is recorded, never inferred.
+    shutil.copytree(COURSEWORK / "solution", tmp_path / "old")
+    report = json.loads((tmp_path / "old" / "report" / "report.json").read_text())
+    del report["cases_sha256"]
+    (tmp_path / "old" / "report" / "report.json").write_text(json.dumps(report))
+    assert any("records no cases hash" in line for line in grade(tmp_path / "old", measure=False).inputs)

@@ -25,10 +25,10 @@ from labsrc.evaluation.config import GateConfig, load_gate_config
 from labsrc.evaluation.gates import release_gate
 from labsrc.evaluation.junit import write_junit
 from labsrc.evaluation.report import write_report
+from labsrc.lanes.coverage import missing_vectors_note
 from labsrc.lanes.dense import (
     DenseSource,
     EncoderVectors,
-    FixtureVectors,
     HashingEncoder,
     load_vectors,
 )
@@ -102,24 +102,6 @@ def visible_chunks(
     return list(seen.values())
 
 
-def _warn_missing_query_vectors(source: DenseSource, cases: Sequence[Case], path: str | Path | None) -> None:
-    if path is None:
-        return
-    # Only positive cases matter: a negative case whose dense lane is empty cannot leak through it.
-    positives = [c for c in cases if c.kind == "positive"]
-    if isinstance(source, FixtureVectors):
-        lacking = [c.name for c in positives if c.query not in source.queries]
-    else:
-        lookup = getattr(source, "query_id_for", None)
-        lacking = [c.name for c in positives if lookup is not None and lookup(c.query) is None]
-    if lacking:
-        print(
-            f"labsrc: warning: {len(lacking)} positive case(s) have no query vector in {path}, so their dense lane "
-            f"returns nothing: {', '.join(lacking[:8])}{' ...' if len(lacking) > 8 else ''}",
-            file=sys.stderr,
-        )
-
-
 def run(args: argparse.Namespace) -> int:
     # Output paths first: a typo there must not cost a whole run, nor end in a traceback.
     if args.out:
@@ -149,7 +131,10 @@ def run(args: argparse.Namespace) -> int:
         lines={case.name: line for line, case in located},
     )
     source = load_dense_source(args.vectors, visible_chunks(chunks, callers, cases, config.eval_date()), cases)
-    _warn_missing_query_vectors(source, cases, args.vectors)
+    # Positive cases only: a negative case whose dense lane is empty cannot leak through it.
+    positives = [c for c in cases if c.kind == "positive"]
+    if args.vectors and (note := missing_vectors_note(source, positives, chunks_path=args.chunks, cases_path=args.cases, vectors_path=args.vectors)):
+        print(f"labsrc: warning: {note}", file=sys.stderr)
     retriever = PolicyRetriever(chunks, source, rrf_k=config.rrf_k)
     progress = make_progress(args.no_progress)
     result = release_gate(retriever, cases, callers, config, progress=progress)

@@ -15,6 +15,7 @@ from labsrc.boundary import permitted_chunks
 from labsrc.cli.gate import iso_date, load_dense_source
 from labsrc.datasets.lesson import lesson
 from labsrc.errors import InvalidArgument
+from labsrc.lanes.coverage import no_vector_hint
 from labsrc.records.loading import load_callers, load_chunks
 from labsrc.retriever.policy import PolicyRetriever
 
@@ -54,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"callers from {args.callers or 'the lesson fixtures (fixtures/lesson/callers.json)'}")
     print("versions: " + ", ".join(f"{k}={v}" for k, v in trace.versions.items()))
     if args.query.strip() and not np.any(retriever.vectors.query_vector(args.query)):
-        print("note: the dense source has no vector for this query, so the dense lane is empty")
+        print("note: no vector for this query, so the dense lane is empty; " + no_vector_hint(
+            1, chunks_path=args.chunks or "CHUNKS.jsonl", cases_path="CASES.jsonl", out=args.vectors or "vectors/all-MiniLM-L6-v2"))
     if not result.fused:
         print("no permitted evidence matched (0 results)")
         return 0

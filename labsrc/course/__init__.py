@@ -8,7 +8,10 @@ from labsrc.course.checks import (
     ADVERSARIAL_KINDS,
     CheckFailed,
     CheckResult,
+    PERCENTILE_METHOD,
     QUERY_STYLES,
+    QUESTION_WORDS,
+    SHOWN_PER_KIND,
     TRACE_VERSION_KEYS,
     check_adversarial_cases,
     check_candidates_artifact,
@@ -17,9 +20,19 @@ from labsrc.course.checks import (
     check_lane_comparison,
     check_positive_cases,
     chunk_text_in,
+    content_words,
+    distinct_digits,
     hidden_ids_in,
     policy_codes,
     query_style,
+    rank_problem,
+    rrf_of_ranks,
+)
+from labsrc.course.criteria import (
+    applied,
+    foundational,
+    production,
+    strong,
 )
 from labsrc.course.grades import (
     Evidence,
@@ -31,10 +44,16 @@ from labsrc.course.grades import (
 from labsrc.course.rubric import (
     grade,
     grade_json,
+    read_report,
 )
 from labsrc.course.submission import (
     Submission,
     find_submission,
+)
+from labsrc.course.thresholds import (
+    HYBRID_RULE_STRENGTH,
+    describe_config,
+    relaxed_settings,
 )
 
 __all__ = [
@@ -43,11 +62,16 @@ __all__ = [
     "CheckResult",
     "Evidence",
     "Grade",
+    "HYBRID_RULE_STRENGTH",
     "LEVELS",
     "LevelVerdict",
+    "PERCENTILE_METHOD",
     "QUERY_STYLES",
+    "QUESTION_WORDS",
+    "SHOWN_PER_KIND",
     "Submission",
     "TRACE_VERSION_KEYS",
+    "applied",
     "check_adversarial_cases",
     "check_candidates_artifact",
     "check_dense_source",
@@ -55,11 +79,21 @@ __all__ = [
     "check_lane_comparison",
     "check_positive_cases",
     "chunk_text_in",
+    "content_words",
+    "describe_config",
+    "distinct_digits",
     "find_submission",
+    "foundational",
     "grade",
     "grade_json",
     "hidden_ids_in",
     "parse_level",
     "policy_codes",
+    "production",
     "query_style",
+    "rank_problem",
+    "read_report",
+    "relaxed_settings",
+    "rrf_of_ranks",
+    "strong",
 ]

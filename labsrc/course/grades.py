@@ -24,11 +24,25 @@ def parse_level(name: str) -> str:
 
 @dataclass(frozen=True)
 class Evidence:
-    """One criterion of a level: whether the submission meets it, and the facts that say so."""
+    """One criterion of a level: whether the submission meets it, and the facts that say so.
+
+    A criterion with nothing to judge (no case failed, so there is no trace to
+    check) is not ``applicable``: it never ticks, and it does not block its level.
+    A criterion that *needs* evidence the submission lacks is simply not met.
+    """
 
     criterion: str
     met: bool
     detail: str
+    applicable: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.applicable:
+            object.__setattr__(self, "met", False)
+
+    @property
+    def mark(self) -> str:
+        return "-" if not self.applicable else ("x" if self.met else " ")
 
 
 @dataclass(frozen=True)
@@ -38,7 +52,8 @@ class LevelVerdict:
 
     @property
     def met(self) -> bool:
-        return all(e.met for e in self.evidence)
+        judged = [e for e in self.evidence if e.applicable]
+        return bool(judged) and all(e.met for e in judged)
 
 
 @dataclass(frozen=True)
@@ -49,6 +64,8 @@ class Grade:
     inputs: tuple[str, ...]
     levels: tuple[LevelVerdict, ...]
     run: GateRun | None = field(default=None, compare=False, repr=False)
+    #: A load error that stops grading (printed alone, without knock-on criteria).
+    error: str | None = None
 
     @property
     def level(self) -> str | None:
@@ -69,11 +86,13 @@ class Grade:
             "submission": self.submission,
             "level": self.level,
             "inputs": list(self.inputs),
+            "error": self.error,
             "levels": [
                 {
                     "level": v.level,
                     "met": v.met,
-                    "evidence": [{"criterion": e.criterion, "met": e.met, "detail": e.detail} for e in v.evidence],
+                    "evidence": [{"criterion": e.criterion, "met": e.met, "applicable": e.applicable, "detail": e.detail}
+                                 for e in v.evidence],
                 }
                 for v in self.levels
             ],
@@ -81,13 +100,17 @@ class Grade:
 
     def to_text(self) -> str:
         lines = [f"Rubric for {self.submission}", *(f"  {line}" for line in self.inputs), ""]
+        if self.error is not None:
+            lines += [f"Cannot grade: {self.error}", "Fix this first; nothing else is judged until the cases load.", ""]
+            lines.append("Highest level reached: below Foundational")
+            return "\n".join(lines)
         below = False
         for verdict in self.levels:
             status = "reached" if verdict.met and not below else ("met, but a lower level is not" if verdict.met else "not reached")
             below = below or not verdict.met
             lines.append(f"{verdict.level}: {status}")
             for e in verdict.evidence:
-                lines.append(f"  [{'x' if e.met else ' '}] {e.criterion}: {e.detail}")
+                lines.append(f"  [{e.mark}] {e.criterion}: {e.detail}")
             lines.append("")
         lines.append(f"Highest level reached: {self.level or 'below Foundational'}")
         return "\n".join(lines)

@@ -31,6 +31,7 @@ from labsrc.evaluation.config import LANES
 from labsrc.evaluation.gates import GATE_TABLE, CaseOutcome, GateRun
 from labsrc.evaluation.html_report import dense_model_label, report_html
 from labsrc.evaluation.verdicts import plural
+from labsrc.records.cases import cases_digest
 
 __all__ = [
     "REPORT_FILES",
@@ -239,6 +240,8 @@ def report_dict(run: GateRun) -> dict[str, Any]:
             "gates": [g.to_dict() for g in run.gates],
             "cases": cases,
             "latency": latency,
+            # The rubric compares it with the cases file it grades: a report of other cases is stale.
+            "cases_sha256": cases_digest([o.case for o in run.outcomes]),
         }
     )
 

@@ -24,6 +24,13 @@ from labsrc.lanes.bm25 import (
     idf_lucene,
     length_norm,
 )
+from labsrc.lanes.coverage import (
+    EMBED_COMMAND,
+    missing_query_vectors,
+    missing_vectors_note,
+    no_vector_hint,
+    query_lookup,
+)
 from labsrc.lanes.dense import (
     DenseIndex,
     DenseSource,
@@ -103,6 +110,7 @@ __all__ = [
     "DOCUMENT_TEXT_RECIPE",
     "DenseIndex",
     "DenseSource",
+    "EMBED_COMMAND",
     "EmbedderLoadError",
     "Encoder",
     "EncoderVectors",
@@ -154,6 +162,10 @@ __all__ = [
     "minilm_encoder",
     "minilm_model_record",
     "missing_model_fields",
+    "missing_query_vectors",
+    "missing_vectors_note",
+    "no_vector_hint",
+    "query_lookup",
     "read_id_list",
     "read_queries",
     "save_bm25_index",

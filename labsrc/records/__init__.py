@@ -9,6 +9,8 @@ from labsrc.records.cases import (
     CASE_KINDS,
     Case,
     NEGATIVE_KINDS,
+    case_format_problems,
+    cases_digest,
     iter_cases,
     load_cases,
 )
@@ -34,6 +36,8 @@ __all__ = [
     "Field",
     "NEGATIVE_KINDS",
     "PolicyChunk",
+    "case_format_problems",
+    "cases_digest",
     "chunk_lookup",
     "iter_cases",
     "iter_jsonl",

@@ -16,14 +16,16 @@ and its optional ``forbidden`` ids must not be returned as evidence. ``on_date``
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterator
+import hashlib
+import json
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from labsrc.records.loading import Field, iter_jsonl
 
-__all__ = ["CASE_KINDS", "NEGATIVE_KINDS", "Case", "iter_cases", "load_cases"]
+__all__ = ["CASE_KINDS", "NEGATIVE_KINDS", "Case", "case_format_problems", "cases_digest", "iter_cases", "load_cases"]
 
 CASE_KINDS = ("positive", "restricted", "superseded", "wrong_region", "absent")
 NEGATIVE_KINDS = ("restricted", "superseded", "wrong_region")
@@ -67,6 +69,59 @@ class Case:
 _FIELDS = {"name", "query", "caller", "kind", "expected", "forbidden", "on_date", "notes"}
 
 
+def case_format_problems(
+    case: Case,
+    *,
+    earlier: Mapping[str, str] | None = None,
+    chunk_ids: Collection[str] | None = None,
+    caller_ids: Collection[str] | None = None,
+) -> list[tuple[str, str]]:
+    """Every way ``case`` breaks the case format, as ``(field, message)`` pairs; empty when it is valid.
+
+    This is the one validation of a case: :func:`load_cases` raises on the first
+    problem (naming the file and line), the coursework checks list them all.
+    ``earlier`` maps the names of the cases before this one to where they were
+    first seen (``"line 3"``), so a duplicate name is caught; with ``chunk_ids``
+    / ``caller_ids`` given, an unknown chunk or caller is a problem, never a silent miss.
+    """
+    problems: list[tuple[str, str]] = []
+    if case.kind not in CASE_KINDS:
+        hint = f" (kinds are lower-case: {case.kind.casefold()!r})" if case.kind.casefold() in CASE_KINDS else ""
+        problems.append(("kind", f"{case.kind!r} is not a case kind; valid kinds are {list(CASE_KINDS)}{hint}"))
+    for field in ("name", "caller"):
+        if not str(getattr(case, field)).strip():
+            problems.append((field, "must not be empty or blank"))
+    if earlier is not None and case.name in earlier:
+        problems.append(("name", f"duplicate case name {case.name!r} (first seen on {earlier[case.name]})"))
+    if case.kind == "positive" and not case.expected:
+        problems.append(("expected", "a positive case must list at least one expected chunk id"))
+    if case.kind == "positive" and case.forbidden:
+        problems.append(("forbidden", "a positive case lists expected ids, not forbidden ones"))
+    if case.kind in NEGATIVE_KINDS and not case.forbidden:
+        problems.append(("forbidden", f"a {case.kind} case must list the chunk ids that must stay out"))
+    if case.kind in CASE_KINDS and case.kind != "positive" and case.expected:
+        problems.append(("expected", f"a {case.kind} case expects no evidence; use 'forbidden'"))
+    for field in ("expected", "forbidden"):
+        ids = getattr(case, field)
+        if len(set(ids)) != len(ids):
+            repeated = sorted({cid for cid in ids if ids.count(cid) > 1})
+            problems.append((field, f"lists the same chunk id more than once: {repeated}"))
+    if caller_ids is not None and case.caller not in caller_ids:
+        problems.append(("caller", f"unknown caller {case.caller!r}; known callers: {sorted(caller_ids)}"))
+    if chunk_ids is not None:
+        for field in ("expected", "forbidden"):
+            unknown = [cid for cid in getattr(case, field) if cid not in chunk_ids]
+            if unknown:
+                problems.append((field, f"unknown chunk id(s) {unknown}"))
+    return problems
+
+
+def cases_digest(cases: Sequence[Case]) -> str:
+    """SHA-256 of the cases as JSONL records, in order: a report records it, so a stale report is detected."""
+    payload = "\n".join(json.dumps(c.to_dict(), sort_keys=True, ensure_ascii=False) for c in cases)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
 def load_cases(
     path: str | Path,
     *,
@@ -74,7 +129,7 @@ def load_cases(
     caller_ids: Collection[str] | None = None,
 ) -> list[Case]:
     """Read cases from JSONL. With ``chunk_ids`` / ``caller_ids`` given, a case naming an
-    unknown chunk or caller is an error, never a silent miss."""
+    unknown chunk or caller is an error, never a silent miss (see :func:`case_format_problems`)."""
     return [case for _, case in iter_cases(path, chunk_ids=chunk_ids, caller_ids=caller_ids)]
 
 
@@ -85,44 +140,22 @@ def iter_cases(
     caller_ids: Collection[str] | None = None,
 ) -> Iterator[tuple[int, Case]]:
     """:func:`load_cases` with each case's 1-based line, so a later check can blame the line."""
-    first_line: dict[str, int] = {}
+    first_line: dict[str, str] = {}
     for number, record in iter_jsonl(path):
         f = Field(record, path=path, line=number)
         f.require_known(_FIELDS)
-        kind = f.text("kind")
-        if kind not in CASE_KINDS:
-            raise f.error("kind", f"{kind!r} is not a case kind; valid kinds are {list(CASE_KINDS)}")
         case = Case(
             name=f.text("name"),
             query=f.text("query", blank_ok=True),
             caller=f.text("caller"),
-            kind=kind,
+            kind=f.text("kind"),
             expected=f.string_list("expected", optional=True),
             forbidden=f.string_list("forbidden", optional=True),
             on_date=f.date("on_date", optional=True),
             notes=f.text("notes", optional=True, blank_ok=True),
         )
-        if case.name in first_line:
-            raise f.error("name", f"duplicate case name {case.name!r} (first seen on line {first_line[case.name]})")
-        first_line[case.name] = number
-        if kind == "positive" and not case.expected:
-            raise f.error("expected", "a positive case must list at least one expected chunk id")
-        if kind == "positive" and case.forbidden:
-            raise f.error("forbidden", "a positive case lists expected ids, not forbidden ones")
-        if kind in NEGATIVE_KINDS and not case.forbidden:
-            raise f.error("forbidden", f"a {kind} case must list the chunk ids that must stay out")
-        if kind != "positive" and case.expected:
-            raise f.error("expected", f"a {kind} case expects no evidence; use 'forbidden'")
-        for field in ("expected", "forbidden"):
-            ids = getattr(case, field)
-            if len(set(ids)) != len(ids):
-                repeated = sorted({cid for cid in ids if ids.count(cid) > 1})
-                raise f.error(field, f"lists the same chunk id more than once: {repeated}")
-        if caller_ids is not None and case.caller not in caller_ids:
-            raise f.error("caller", f"unknown caller {case.caller!r}; known callers: {sorted(caller_ids)}")
-        if chunk_ids is not None:
-            for field in ("expected", "forbidden"):
-                unknown = [cid for cid in getattr(case, field) if cid not in chunk_ids]
-                if unknown:
-                    raise f.error(field, f"unknown chunk id(s) {unknown}")
+        problems = case_format_problems(case, earlier=first_line, chunk_ids=chunk_ids, caller_ids=caller_ids)
+        if problems:
+            raise f.error(*problems[0])
+        first_line[case.name] = f"line {number}"
         yield number, case

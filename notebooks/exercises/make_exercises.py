@@ -117,7 +117,7 @@ my_cases = [
     positive("eu-paraphrase-clm7", "the courier misplaced my package, can I get my money back", "luna-48291",
              "eu-carrier-loss-v1"),
     positive("eu-paraphrase-footwear", "sending back sneakers I never wore", "luna-48291", "eu-footwear-v1-rule"),
-    positive("us-paraphrase-price-match", "a rival store sells it cheaper, will you lower my price", "dana-us-17",
+    positive("us-paraphrase-price-match", "a rival store sells it cheaper, can I get the difference back", "dana-us-17",
              "us-price-match-v2"),
     # mixed: a code plus words
     positive("eu-mixed-rpl14", "RPL-14 replacement window for a cracked refurbished laptop", "luna-48291",
@@ -144,12 +144,13 @@ for case in my_cases:
 
 Save them as JSONL, the gate harness's case format, into your submission folder (here a temporary folder).
 `load_cases` reads them back and rejects unknown chunk ids or callers, naming the line."""),
-    code("""submission = Path(tempfile.mkdtemp()) / "cases.jsonl"  # in your own work: Path("my-submission") / "cases.jsonl"
+    code("""SUBMISSION = Path(tempfile.mkdtemp())  # in your own work: SUBMISSION = Path("my-submission"); SUBMISSION.mkdir()
+submission = SUBMISSION / "cases.jsonl"
 with submission.open("w", encoding="utf-8") as handle:
     for case in my_cases:
         handle.write(json.dumps(case.to_dict()) + "\\n")
 saved = labsrc.load_cases(submission, chunk_ids={c.chunk_id for c in chunks}, caller_ids=set(callers))
-print(len(saved), "cases saved and read back")"""),
+print(len(saved), "cases saved and read back; exercise 2 adds its cases to the same file")"""),
     code("""# These are the positive cases of the model answer in fixtures/coursework/solution.
 shipped = [c for c in labsrc.load_cases(fixtures_dir() / "coursework" / "solution" / "cases.jsonl") if c.kind == "positive"]
 print([(c.name, c.query, c.caller, c.expected) for c in shipped] == [(c.name, c.query, c.caller, c.expected) for c in my_cases])""", X),
@@ -237,6 +238,29 @@ for outcome in run_cases(retriever, my_cases, callers, EVAL_DATE, top_k=2):
 shipped = [c for c in labsrc.load_cases(fixtures_dir() / "coursework" / "solution" / "cases.jsonl") if c.kind != "positive"]
 print([(c.name, c.query, c.caller, c.kind, c.forbidden) for c in shipped]
       == [(c.name, c.query, c.caller, c.kind, c.forbidden) for c in my_cases])""", X),
+    md("""## Keep your cases: exercises 1 and 2 in one file
+
+Your submission's `cases.jsonl` holds the positive cases of exercise 1 and the adversarial cases of this one.
+In your own work `SUBMISSION` is `Path("my-submission")`, where exercise 1 saved its cases; here a temporary
+folder stands in, holding the model answer's positives as exercise 1 would have saved them."""),
+    code("""SUBMISSION = Path(tempfile.mkdtemp())  # in your own work: SUBMISSION = Path("my-submission")
+shipped = labsrc.load_cases(fixtures_dir() / "coursework" / "solution" / "cases.jsonl")
+(SUBMISSION / "cases.jsonl").write_text(
+    "".join(json.dumps(c.to_dict()) + "\\n" for c in shipped if c.kind == "positive"), encoding="utf-8")"""),
+    code("""ids = {"chunk_ids": {c.chunk_id for c in chunks}, "caller_ids": set(callers)}
+path = SUBMISSION / "cases.jsonl"
+exercise_1 = [c for c in labsrc.load_cases(path, **ids) if c.kind == "positive"]
+merged = exercise_1 + [c for c in my_cases if c.name not in {x.name for x in exercise_1}]
+path.write_text("".join(json.dumps(c.to_dict()) + "\\n" for c in merged), encoding="utf-8")
+saved = labsrc.load_cases(path, **ids)  # the same validation as the checks: nothing is refused here
+print(f"{len(exercise_1)} cases from exercise 1 + {len(my_cases)} from exercise 2 = {len(saved)} cases in cases.jsonl")"""),
+    md("""Your new queries have no stored vectors yet. Embed them once (the `embed` extra, part of the course set-up)
+before exercise 3, and again whenever you change a query:
+
+```bash
+labsrc embed --chunks fixtures/policies/chunks.jsonl --queries my-submission/cases.jsonl \\
+             --out my-submission/vectors/all-MiniLM-L6-v2
+```"""),
     md("""## Mastery check
 
 1. Why is a restricted case that forbids `eu-refurb-v1-rule` a wrong test, even though Luna cannot see that chunk?
@@ -350,7 +374,7 @@ from labsrc.lanes.embed import load_embeddings
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.evaluation.gates import release_gate
 from labsrc.evaluation.plots import plot_latency, plot_recall
-from labsrc.evaluation.report import latency_frame, recall_frame"""
+from labsrc.evaluation.report import latency_frame, recall_frame"""),
     code(LOAD_RUN),
     md("""## One measured gate run
 
@@ -376,7 +400,7 @@ positives = [o for o in run.outcomes if o.case.kind == "positive"]
 recall = {lane: sum(o.recall(lane, k) for o in positives) / len(positives) for lane in ("bm25", "dense", "hybrid")}
 latency_ms = {stage: {"p50": run.latency.p50_ms[stage], "p95": run.latency.p95_ms[stage]} for stage in run.latency.stages}""", X),
     md("## Check"),
-    code("""result = checks.check_lane_comparison(recall, latency_ms, run).require()
+    code("""result = checks.check_lane_comparison(recall, latency_ms, run, retriever=retriever).require()
 print(result)"""),
     md("""## Where the lanes differ
 
@@ -418,7 +442,7 @@ This is step 5 of the lesson's "Build it yourself": *save a compact trace for ea
     md("## Setup"),
     code(IMPORTS + """
 from labsrc.evaluation.config import GateConfig
-from labsrc.evaluation.gates import release_gate"""
+from labsrc.evaluation.gates import release_gate"""),
     code(LOAD_RUN),
     md("""## A run with failures
 
@@ -494,7 +518,7 @@ This is step 6 of the lesson's "Build it yourself": *keep the fused top candidat
     md("## Setup"),
     code(IMPORTS + """
 from labsrc.evaluation.config import GateConfig
-from labsrc.evaluation.gates import release_gate"""
+from labsrc.evaluation.gates import release_gate"""),
     code(LOAD_RUN),
     md("""## A deeper candidate list
 

@@ -21,8 +21,18 @@ from labsrc.course.checks.cases import (
     check_adversarial_cases,
     check_positive_cases,
 )
+from labsrc.course.checks.comparison import (
+    PERCENTILE_METHOD,
+    check_lane_comparison,
+    distinct_digits,
+)
+from labsrc.course.checks.encoder import (
+    check_dense_source,
+)
 from labsrc.course.checks.evidence import (
+    QUESTION_WORDS,
     chunk_text_in,
+    content_words,
     hidden_ids_in,
     policy_codes,
     query_style,
@@ -30,20 +40,24 @@ from labsrc.course.checks.evidence import (
 from labsrc.course.checks.result import (
     CheckFailed,
     CheckResult,
+    SHOWN_PER_KIND,
 )
 from labsrc.course.checks.runs import (
     TRACE_VERSION_KEYS,
     check_candidates_artifact,
-    check_dense_source,
     check_failed_traces,
-    check_lane_comparison,
+    rank_problem,
+    rrf_of_ranks,
 )
 
 __all__ = [
     "ADVERSARIAL_KINDS",
     "CheckFailed",
     "CheckResult",
+    "PERCENTILE_METHOD",
     "QUERY_STYLES",
+    "QUESTION_WORDS",
+    "SHOWN_PER_KIND",
     "TRACE_VERSION_KEYS",
     "check_adversarial_cases",
     "check_candidates_artifact",
@@ -52,7 +66,11 @@ __all__ = [
     "check_lane_comparison",
     "check_positive_cases",
     "chunk_text_in",
+    "content_words",
+    "distinct_digits",
     "hidden_ids_in",
     "policy_codes",
     "query_style",
+    "rank_problem",
+    "rrf_of_ranks",
 ]

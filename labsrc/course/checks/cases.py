@@ -1,21 +1,31 @@
-"""Checks for steps 1 and 2: the learner's positive and adversarial cases."""
+"""Checks for steps 1 and 2: the learner's positive and adversarial cases.
+
+Both checks validate every case with :func:`~labsrc.records.cases.case_format_problems`
+(the validation :func:`~labsrc.records.cases.load_cases` runs, so the check and
+the save cell never disagree) and judge it against the boundary with
+:func:`~labsrc.evaluation.case_rules.case_problems` (the rule ``labsrc gate``
+and the lesson use).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Mapping, Sequence
 
-from labsrc.boundary import block_reasons
+from labsrc.boundary import block_reasons, permitted_chunks
 from labsrc.course.checks.evidence import (
     case_date,
+    content_words,
     policy_codes,
     query_style,
-    reasons_text,
 )
 from labsrc.course.checks.result import CheckResult, Collector
+from labsrc.evaluation.case_rules import case_problems
 from labsrc.evaluation.gates import as_caller_map
 from labsrc.lanes.analysis import tokens
-from labsrc.records.cases import NEGATIVE_KINDS, Case
+from labsrc.lanes.sparse import bm25_rank
+from labsrc.records.cases import NEGATIVE_KINDS, Case, case_format_problems
 from labsrc.records.policy import Caller, PolicyChunk
 
 __all__ = ["ADVERSARIAL_KINDS", "QUERY_STYLES", "check_adversarial_cases", "check_positive_cases"]
@@ -24,6 +34,29 @@ __all__ = ["ADVERSARIAL_KINDS", "QUERY_STYLES", "check_adversarial_cases", "chec
 QUERY_STYLES = ("exact_code", "paraphrase", "mixed")
 #: The adversarial kinds step 2 asks for, one of each at least.
 ADVERSARIAL_KINDS = ("restricted", "superseded", "wrong_region", "absent")
+
+
+def _quoted(words: Sequence[str]) -> str:
+    return ", ".join(repr(w) for w in words)
+
+
+def _format_problems(out: Collector, cases: Sequence[Case]) -> None:
+    """Every case through the case-file validation, exactly as ``load_cases`` would see it."""
+    earlier: dict[str, str] = {}
+    for index, case in enumerate(cases, start=1):
+        for field, message in case_format_problems(case, earlier=earlier):
+            out.problem(f"case {case.name!r} (#{index}), field {field!r}: {message}; load_cases would refuse it",
+                        kind=f"cases load_cases refuses (field {field!r})")
+        earlier.setdefault(case.name, f"case #{index}")
+
+
+def _rule_problems(out: Collector, case: Case, who, by_id, on_date: dt.date) -> bool:
+    """The one case rule (labsrc.evaluation.case_rules); True when the case obeys it."""
+    problems = case_problems(case, who, by_id, on_date)
+    for p in problems:
+        out.problem(str(p), kind=f"cases that break the case rule (field {p.field!r})")
+    return not problems
+
 
 # --- step 1: positive cases ------------------------------------------------------------------
 
@@ -38,13 +71,15 @@ def check_positive_cases(
 ) -> CheckResult:
     """Step 1: at least ``minimum`` permitted positive cases, with exact codes, paraphrases and mixed queries.
 
-    Every expected chunk must exist and be visible to the case's caller on the
-    case's date; otherwise the case measures the boundary, not retrieval, and
-    can never pass.
+    Every case must load (kind, name, expected as ``load_cases`` checks them);
+    every expected chunk must exist and be visible to the case's caller on the
+    case's date; the cases use at least two callers; a paraphrase shares no
+    content word with its rule (else BM25 finds it and it tests nothing new).
     """
     out = Collector("step 1, positive cases")
     by_id = {c.chunk_id: c for c in chunks}
     who = as_caller_map(callers)
+    _format_problems(out, cases)
     positives = [c for c in cases if c.kind == "positive"]
     out.check(
         len(positives) >= minimum,
@@ -66,28 +101,34 @@ def check_positive_cases(
             f"{style} queries: {', '.join(styles[style])}",
             f"no {style} positive case: add {hints[style]}",
         )
+    asking = sorted({c.caller for c in positives})
+    if positives:
+        others = sorted(set(who) - set(asking))
+        out.check(
+            len(asking) >= 2,
+            f"callers: {', '.join(asking)}",
+            f"all {len(positives)} positive cases ask as {asking[0]}; the task asks for a second caller too: "
+            f"add cases for one of {others} (each sees another slice of the corpus)",
+        )
     seen_queries: dict[tuple[str, str, dt.date | None], str] = {}
     problems_before = len(out.problems)
     for case in positives:
         key = (case.query.strip().casefold(), case.caller, case.on_date)
         if key in seen_queries:
-            out.problems.append(
-                f"case {case.name!r} asks the same query as {seen_queries[key]!r} for the same caller: it adds no evidence"
-            )
+            out.problem(f"case {case.name!r} asks the same query as {seen_queries[key]!r} for the same caller: "
+                        "it adds no evidence", kind="repeated queries")
         seen_queries.setdefault(key, case.name)
-        caller = who.get(case.caller)
-        if caller is None:
-            out.problems.append(f"case {case.name!r} names unknown caller {case.caller!r}; known callers: {sorted(who)}")
+        if not _rule_problems(out, case, who, by_id, on_date) or query_style(case.query) != "paraphrase":
             continue
-        date = case_date(case, on_date)
+        query = content_words(case.query)
         for chunk_id in case.expected:
-            chunk = by_id.get(chunk_id)
-            if chunk is None:
-                out.problems.append(f"case {case.name!r} expects {chunk_id!r}, which is not in the corpus")
-            elif block_reasons(caller, chunk, date):
-                out.problems.append(
-                    f"case {case.name!r} expects {chunk_id}, which caller {caller.actor_id} cannot see on {date} "
-                    f"({reasons_text(caller, chunk, date)}): a positive case may only expect permitted evidence"
+            shared = [w for w in query if w in set(tokens(by_id[chunk_id].text))]
+            if shared:
+                out.problem(
+                    f"paraphrase case {case.name!r} shares the word(s) {_quoted(shared)} with its rule {chunk_id}, "
+                    "so BM25 can match it on those words: a paraphrase says the same thing in other words; "
+                    "replace them (a synonym, a description) or make the case a mixed query",
+                    kind="paraphrases that share words with their rule",
                 )
     if positives and len(out.problems) == problems_before:
         out.passes.append("every expected chunk exists and is visible to its case's caller on its date")
@@ -96,11 +137,29 @@ def check_positive_cases(
 
 # --- step 2: adversarial cases ---------------------------------------------------------------
 
-_KIND_REASONS = {
-    "restricted": {"restricted"},
-    "superseded": {"superseded", "not_yet_effective"},
-    "wrong_region": {"wrong_region"},
-}
+
+def _answered(case: Case, caller: Caller, chunks: Sequence[PolicyChunk], date: dt.date) -> str | None:
+    """Why a permitted chunk answers an absent case's query, or None.
+
+    BM25 over the caller's permitted chunks: when its first hit shares at least
+    half of the query's content words (and two, for a longer query), that chunk
+    answers the question and the evidence is not absent.
+    """
+    query = content_words(case.query)
+    if not query:
+        return None
+    ranked = bm25_rank(case.query, permitted_chunks(caller, chunks, date), top_k=1)
+    if not ranked:
+        return None
+    chunk = ranked[0][0]
+    shared = [w for w in query if w in set(tokens(chunk.text))]
+    if len(shared) >= max(math.ceil(len(query) / 2), min(2, len(query))):
+        return (
+            f"absent case {case.name!r}: BM25 over {caller.actor_id}'s permitted chunks ranks {chunk.chunk_id} first, "
+            f"sharing {len(shared)} of the query's {len(query)} content words ({_quoted(shared)}): a permitted chunk "
+            "answers it, so the evidence is not absent; ask about something no permitted policy covers"
+        )
+    return None
 
 
 def check_adversarial_cases(
@@ -113,15 +172,18 @@ def check_adversarial_cases(
 ) -> CheckResult:
     """Step 2: at least ``minimum`` adversarial cases, one of each kind in :data:`ADVERSARIAL_KINDS`.
 
-    A negative case is only a real attack when its forbidden chunks are hidden
-    from its caller *for the case's reason* (a restricted case forbids a chunk
-    the caller lacks the tag for, and so on) and when its query shares words
-    with them, so that without the boundary it would find them. An absent
-    case must not name a code that a permitted chunk carries.
+    Each case must load and obey the one case rule
+    (:func:`~labsrc.evaluation.case_rules.case_problems`: a restricted,
+    superseded or wrong-region case forbids only chunks the boundary hides from
+    its caller, at least one for the case's own reason). A negative case's query
+    must share words with its forbidden chunks, so that without the boundary it
+    would find them. An absent case must not be answered by a permitted chunk:
+    neither by a code one carries nor by BM25 over the caller's permitted chunks.
     """
     out = Collector("step 2, adversarial cases")
     by_id = {c.chunk_id: c for c in chunks}
     who = as_caller_map(callers)
+    _format_problems(out, cases)
     adversarial = [c for c in cases if c.kind in ADVERSARIAL_KINDS]
     out.check(
         len(adversarial) >= minimum,
@@ -133,37 +195,18 @@ def check_adversarial_cases(
         names = [c.name for c in adversarial if c.kind == kind]
         out.check(bool(names), f"{kind}: {', '.join(names)}", f"no {kind} case")
     for case in adversarial:
-        caller = who.get(case.caller)
-        if caller is None:
-            out.problems.append(f"case {case.name!r} names unknown caller {case.caller!r}; known callers: {sorted(who)}")
+        if not _rule_problems(out, case, who, by_id, on_date):
             continue
-        date = case_date(case, on_date)
+        caller, date = who[case.caller], case_date(case, on_date)
         query_terms = set(tokens(case.query))
-        if case.kind in NEGATIVE_KINDS and not case.forbidden:
-            out.problems.append(f"{case.kind} case {case.name!r} lists no forbidden chunk ids")
-        for chunk_id in case.forbidden:
-            chunk = by_id.get(chunk_id)
-            if chunk is None:
-                out.problems.append(f"case {case.name!r} forbids {chunk_id!r}, which is not in the corpus")
-                continue
-            reasons = {r.value for r in block_reasons(caller, chunk, date)}
-            if not reasons:
-                out.problems.append(
-                    f"case {case.name!r} forbids {chunk_id}, but caller {caller.actor_id} may see it on {date}: "
-                    "the gate would fail on permitted evidence; forbid only chunks the boundary hides"
-                )
-                continue
-            wanted = _KIND_REASONS.get(case.kind)
-            if wanted is not None and not reasons & wanted:
-                out.problems.append(
-                    f"{case.kind} case {case.name!r} forbids {chunk_id}, which is hidden from {caller.actor_id} "
-                    f"as {', '.join(sorted(reasons))}, not as {case.kind}: pick a chunk that tests the {case.kind} rule"
-                )
-            if case.kind in NEGATIVE_KINDS and not query_terms & set(tokens(chunk.text)):
-                out.problems.append(
-                    f"case {case.name!r} shares no word with forbidden chunk {chunk_id}, so even without the "
-                    "boundary BM25 would not find it: use wording or a code from that chunk"
-                )
+        if case.kind in NEGATIVE_KINDS:
+            for chunk_id in case.forbidden:
+                if not query_terms & set(tokens(by_id[chunk_id].text)):
+                    out.problem(
+                        f"case {case.name!r} shares no word with forbidden chunk {chunk_id}, so even without the "
+                        "boundary BM25 would not find it: use wording or a code from that chunk",
+                        kind="attacks that share no word with a forbidden chunk",
+                    )
         if case.kind == "absent":
             codes = set(policy_codes(case.query))
             carriers = sorted(
@@ -171,8 +214,11 @@ def check_adversarial_cases(
                 if codes & set(policy_codes(c.text)) and not block_reasons(caller, c, date)
             )
             if carriers:
-                out.problems.append(
+                out.problem(
                     f"absent case {case.name!r} names a code that permitted chunk(s) {carriers} carry: "
-                    "the evidence is not absent for this caller"
+                    "the evidence is not absent for this caller",
+                    kind="absent cases a permitted chunk answers",
                 )
+            elif (answer := _answered(case, caller, chunks, date)) is not None:
+                out.problem(answer, kind="absent cases a permitted chunk answers")
     return out.result()

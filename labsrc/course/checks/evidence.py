@@ -8,16 +8,37 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from labsrc.boundary import block_reasons
+from labsrc.lanes.analysis import LESSON_STOPWORDS, LUCENE_ENGLISH_STOPWORDS, tokens
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller, PolicyChunk
 
-__all__ = ["chunk_text_in", "hidden_ids_in", "policy_codes", "query_style"]
+__all__ = ["QUESTION_WORDS", "chunk_text_in", "content_words", "hidden_ids_in", "policy_codes", "query_style"]
 
 # A policy code: letters, optional further letter groups, a number, an optional suffix:
 # RPL-14, CLM-7, VIP-RPL-1, RPL-14-US. Matched case-insensitively, on the raw query.
 _POLICY_CODE = re.compile(r"(?<![\w-])[A-Za-z]{2,6}(?:-[A-Za-z]{2,6})*-\d+(?:-[A-Za-z]{1,6})?(?![\w-])")
 # A chunk sentence shorter than this many words is too generic to call a leak on its own.
 _MIN_LEAK_WORDS = 5
+
+#: Words that carry no topic in a support question, on top of the lesson's and Lucene's stopwords.
+QUESTION_WORDS = frozenset({
+    "i", "me", "my", "you", "your", "we", "our", "us", "he", "she", "his", "her", "its",
+    "do", "does", "did", "can", "could", "would", "should", "may", "might", "must", "shall",
+    "what", "which", "who", "whom", "how", "why", "where", "am", "been", "being", "have", "has", "had",
+    "get", "got", "so", "any", "all", "some", "from", "about", "up", "out", "than", "too", "very",
+})  # fmt: skip
+
+
+def content_words(text: str) -> list[str]:
+    """The lesson analyzer's terms of ``text`` that carry its topic, in order, without repeats.
+
+    Stopwords (the lesson's, Lucene's, :data:`QUESTION_WORDS`) and one-letter
+    tokens (the ``s`` of ``maker's``) are dropped:
+    ``content_words("can I swap my broken laptop?") == ["swap", "broken", "laptop"]``.
+    """
+    skip = LESSON_STOPWORDS | LUCENE_ENGLISH_STOPWORDS | QUESTION_WORDS
+    return list(dict.fromkeys(t for t in tokens(text) if len(t) > 1 and t not in skip))
+
 
 def policy_codes(text: str) -> tuple[str, ...]:
     """Policy codes in ``text`` in order of appearance, upper-cased: ``"rpl-14 vs CLM-7"`` → ``("RPL-14", "CLM-7")``."""
@@ -56,28 +77,61 @@ def _strings(value: Any, skip_keys: frozenset[str] = frozenset()) -> Iterator[st
             yield from _strings(item, skip_keys)
 
 
-def _sentences(text: str) -> list[str]:
-    parts = [p.strip().casefold() for p in re.split(r"(?<=[.;:])\s+", text)]
-    return [p.rstrip(".;:") for p in parts if len(p.split()) >= _MIN_LEAK_WORDS]
+_WORD = re.compile(r"[^\W_]+(?:-[^\W_]+)*")
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(w.casefold() for w in _WORD.findall(text))
+
+
+def _common_runs(words: Sequence[str], other: Sequence[str], minimum: int) -> set[tuple[str, ...]]:
+    """Maximal runs of ``minimum``+ consecutive words that ``words`` and ``other`` share (longest common substrings)."""
+    runs: set[tuple[str, ...]] = set()
+    previous = [0] * (len(other) + 1)
+    for i, word in enumerate(words):
+        current = [0] * (len(other) + 1)
+        for j, candidate in enumerate(other):
+            if word == candidate:
+                current[j + 1] = previous[j] + 1
+        for j in range(len(other) + 1):
+            length = previous[j]
+            # A run that ended at (i - 1, j - 1) and does not continue here is maximal.
+            if length >= minimum and (j == len(other) or current[j + 1] == 0):
+                runs.add(tuple(words[i - length:i]))
+        previous = current
+    runs.update(tuple(words[len(words) - n:]) for n in previous if n >= minimum)
+    return runs
+
+
+def _contains(haystack: tuple[str, ...], run: tuple[str, ...]) -> bool:
+    return f" {' '.join(run)} " in f" {' '.join(haystack)} "
 
 
 def chunk_text_in(
     value: Any, chunks: Sequence[PolicyChunk], *, skip_keys: Iterable[str] = ("query", "notes")
 ) -> list[str]:
-    """Sorted ids of the chunks whose text (whole, or any sentence of 5+ words) appears in ``value``.
+    """Sorted ids of the chunks whose text, whole or in part, appears in ``value``.
 
+    "In part" means a run of :data:`_MIN_LEAK_WORDS` or more consecutive words of
+    the chunk inside one string of ``value``: a 60-character snippet is text too.
+    A run several chunks share (two versions of a rule say the same thing) is
+    blamed on the chunks holding the longest run found.
     ``value`` is any JSON-like structure: a trace, an artifact record, a list of them.
     Keys in ``skip_keys`` are not searched: a query may quote old policy wording
     on purpose (a superseded case does), and it is the user's text, not retrieved text.
     """
-    haystack = "\n".join(_strings(value, frozenset(skip_keys))).casefold()
-    if not haystack:
-        return []
-    found = []
-    for chunk in chunks:
-        text = chunk.text.strip().casefold()
-        if text and (text in haystack or any(s in haystack for s in _sentences(chunk.text))):
-            found.append(chunk.chunk_id)
+    texts = {c.chunk_id: _words(c.text) for c in chunks}
+    found: set[str] = set()
+    for string in dict.fromkeys(_strings(value, frozenset(skip_keys))):
+        words = _words(string)
+        if len(words) < _MIN_LEAK_WORDS:
+            continue
+        runs: set[tuple[str, ...]] = set()
+        for text in texts.values():
+            runs |= _common_runs(words, text, _MIN_LEAK_WORDS)
+        maximal = [r for r in runs if not any(len(o) > len(r) and _contains(o, r) for o in runs)]
+        for run in maximal:
+            found.update(chunk_id for chunk_id, text in texts.items() if _contains(text, run))
     return sorted(found)
 
 

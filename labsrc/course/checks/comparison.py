@@ -1,0 +1,184 @@
+"""Check for step 4: Recall@k per lane and p50/p95 per stage, as the run measured them.
+
+When a number is wrong the check says which mistake produced it, where it can
+tell: a p50 that is the mean, a p95 that is the maximum or another percentile
+method, a Recall@k over all chunks instead of the caller's permitted ones, a
+mean over every case instead of the positive ones. Numbers are printed with as
+many digits as it takes to tell them apart, and a value rounded the way the
+notebook displays it (two decimals or more) is accepted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from labsrc.course.checks.result import CheckResult, Collector
+from labsrc.evaluation.budgets import STAGES
+from labsrc.evaluation.config import LANES
+from labsrc.evaluation.gates import GateRun
+from labsrc.evaluation.metrics import recall_at_k
+
+__all__ = ["PERCENTILE_METHOD", "check_lane_comparison", "distinct_digits"]
+
+#: How the run computes p50 and p95 (labsrc.evaluation.latency.percentile_ms).
+PERCENTILE_METHOD = (
+    "the run uses linear interpolation between order statistics (numpy.percentile's default, "
+    "method='linear'; Hyndman & Fan 1996, definition 7): sort the n samples, h = (n - 1) * q / 100, "
+    "P = x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)]); "
+    "take run.latency.p50_ms / p95_ms, or labsrc.evaluation.latency.percentile_ms(samples, q)"
+)
+
+#: Other percentile definitions a learner may have used, by numpy's name and what people call them.
+_OTHER_METHODS = {
+    "inverted_cdf": "nearest-rank",
+    "lower": "lower",
+    "higher": "higher",
+    "nearest": "nearest",
+    "midpoint": "midpoint",
+    "hazen": "Hazen",
+    "weibull": "Weibull (Excel PERCENTILE.EXC)",
+    "median_unbiased": "median-unbiased",
+    "normal_unbiased": "normal-unbiased",
+}
+
+
+def distinct_digits(value: float, truth: float, minimum: int = 2) -> tuple[str, str]:
+    """``value`` and ``truth`` printed with the fewest decimals (at least ``minimum``, at most 12) that differ."""
+    for digits in range(minimum, 13):
+        a, b = f"{value:.{digits}f}", f"{truth:.{digits}f}"
+        if a != b:
+            return a, b
+    return repr(value), repr(truth)
+
+
+def _close(value: float, truth: float, tolerance: float) -> bool:
+    """Equal within ``tolerance``, or equal to ``truth`` rounded to 2 or more decimals (as displayed)."""
+    if math.isclose(value, truth, rel_tol=1e-9, abs_tol=tolerance):
+        return True
+    return any(math.isclose(value, round(truth, d), abs_tol=1e-12) for d in range(2, 10))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        return None
+    return float(value)
+
+
+def _all_chunks_recall(run: GateRun, retriever: Any, lane: str) -> float | None:
+    """The lane's mean Recall@k if each positive had been ranked over *all* chunks, boundary ignored."""
+    if retriever is None:
+        return None
+    from labsrc.fusion.rrf import reciprocal_rank_fusion
+    from labsrc.lanes.dense import dense_rank
+    from labsrc.lanes.sparse import bm25_rank
+
+    k = run.config.top_k
+    positives = [o for o in run.outcomes if o.case.kind == "positive"]
+    if not positives:
+        return None
+    total = 0.0
+    for o in positives:
+        sparse = bm25_rank(o.case.query, retriever.chunks, top_k=k)
+        dense = dense_rank(o.case.query, retriever.chunks, retriever.vectors, top_k=k)
+        ranked = {"bm25": sparse, "dense": dense,
+                  "hybrid": reciprocal_rank_fusion([sparse, dense], run.config.rrf_k, top_k=k)}[lane]
+        total += recall_at_k([c.chunk_id for c, _ in ranked], o.case.expected, k)
+    return total / len(positives)
+
+
+def _recall_hint(value: float, run: GateRun, retriever: Any, lane: str, tolerance: float) -> str:
+    k = run.config.top_k
+    positives = [o for o in run.outcomes if o.case.kind == "positive"]
+    if positives and len(positives) != len(run.outcomes):
+        over_all = sum(o.recall(lane, k) for o in positives) / len(run.outcomes)
+        if _close(value, over_all, tolerance):
+            return (f"this is the sum over the {len(positives)} positive cases divided by all {len(run.outcomes)} "
+                    "cases: average over the positive cases only (the others expect nothing)")
+    unbounded = _all_chunks_recall(run, retriever, lane)
+    truth = run.recall[lane]
+    if unbounded is not None and not _close(unbounded, truth, tolerance) and _close(value, unbounded, tolerance):
+        return ("this Recall@k was computed over all chunks, not the caller's permitted ones: rank each case "
+                "through the retriever (the boundary first), as its caller on its date -- o.recall(lane, k)")
+    return f"average o.recall({lane!r}, k) over the positive cases at k={k}"
+
+
+def _latency_hint(stage: str, stat: str, value: float, samples: Sequence[float]) -> str:
+    data = np.asarray(samples, dtype=np.float64)
+    q = 50 if stat == "p50" else 95
+    if data.size:
+        if stat == "p50" and math.isclose(value, float(np.mean(data)), rel_tol=1e-6, abs_tol=1e-9):
+            return f"your p50 looks like the mean of the {data.size} samples: p50 is the median (50th percentile)"
+        if math.isclose(value, float(np.max(data)), rel_tol=1e-6, abs_tol=1e-9):
+            return f"your {stat} is the largest of the {data.size} samples, not the {q}th percentile"
+        for method, label in _OTHER_METHODS.items():
+            other = float(np.percentile(data, q, method=method))
+            linear = float(np.percentile(data, q, method="linear"))
+            if not math.isclose(other, linear, rel_tol=1e-9) and math.isclose(value, other, rel_tol=1e-6, abs_tol=1e-9):
+                return f"your {stat} is the {label} percentile (numpy method={method!r}); {PERCENTILE_METHOD}"
+    return PERCENTILE_METHOD
+
+
+def check_lane_comparison(
+    recall: Mapping[str, float],
+    latency_ms: Mapping[str, Mapping[str, float]],
+    run: GateRun,
+    *,
+    retriever: Any = None,
+    tolerance: float = 1e-9,
+) -> CheckResult:
+    """Step 4: Recall@k for BM25, dense and hybrid, and p50/p95 per stage, matching ``run``.
+
+    ``recall`` maps lane → permitted Recall@k over the positive cases;
+    ``latency_ms`` maps stage → ``{"p50": ms, "p95": ms}``. With the run's
+    ``retriever`` given, a Recall@k computed over all chunks is recognised.
+    """
+    out = Collector("step 4, lane comparison")
+    k = run.config.top_k
+    missing = [lane for lane in LANES if lane not in recall]
+    out.check(not missing, f"Recall@{k} for {', '.join(LANES)}", f"no Recall@{k} for {missing}: report all three lanes")
+    for lane in LANES:
+        if lane not in recall:
+            continue
+        value, truth = _number(recall[lane]), float(run.recall[lane])
+        if value is None:
+            out.problem(f"{lane} Recall@{k} is {recall[lane]!r}, a {type(recall[lane]).__name__}: store the number")
+            continue
+        if _close(value, truth, tolerance):
+            out.passes.append(f"{lane} Recall@{k} = {truth:.2f}")
+            continue
+        shown, real = distinct_digits(value, truth)
+        out.problem(f"{lane} Recall@{k} is {shown} but the run gives {real}: "
+                    f"{_recall_hint(value, run, retriever, lane, tolerance)}", kind=f"wrong Recall@{k}")
+    if run.latency is None:
+        out.problem("the run measured no latency: call release_gate with measure=True")
+        return out.result()
+    p50, p95 = run.latency.p50_ms, run.latency.p95_ms
+    lacking = [s for s in STAGES if s not in latency_ms]
+    out.check(not lacking, f"latency for {', '.join(STAGES)}", f"no latency for stage(s) {lacking}")
+    before = len(out.problems)
+    for stage in STAGES:
+        entry = latency_ms.get(stage)
+        if entry is None:
+            continue
+        for stat, truth in (("p50", p50.get(stage)), ("p95", p95.get(stage))):
+            if stat not in entry:
+                out.problem(f"stage {stage} has no {stat}: record both p50 and p95", kind="missing percentiles")
+                continue
+            value = _number(entry[stat])
+            if value is None:
+                out.problem(f"stage {stage} {stat} is {entry[stat]!r}: store the number of milliseconds")
+            elif truth is not None and not math.isclose(value, truth, rel_tol=1e-6, abs_tol=1e-9):
+                shown, real = distinct_digits(value, truth, 3)
+                hint = _latency_hint(stage, stat, value, run.latency.samples.get(stage, ()))
+                out.problem(f"stage {stage} {stat} is {shown} ms but the run measured {real} ms: {hint}",
+                            kind=f"wrong {stat}")
+        a, b = _number(entry.get("p50")), _number(entry.get("p95"))
+        if a is not None and b is not None and a > b:
+            out.problem(f"stage {stage}: p50 {a} > p95 {b}, which cannot be")
+    if len(out.problems) == before:
+        out.passes.append("p50 and p95 match the run's measured stage timings")
+    return out.result()

@@ -1,0 +1,248 @@
+"""The rubric's criteria, level by level: each returns the evidence for and against it.
+
+A criterion ticks only on evidence: a gate with no cases, a trace check with no
+failed case, or a report made from other cases proves nothing, and says so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from labsrc.course.checks import (
+    ADVERSARIAL_KINDS,
+    check_adversarial_cases,
+    check_candidates_artifact,
+    check_dense_source,
+    check_failed_traces,
+    check_positive_cases,
+    query_style,
+)
+from labsrc.course.grades import Evidence
+from labsrc.course.submission import Submission
+from labsrc.evaluation.budgets import STAGES
+from labsrc.evaluation.config import LANES, GateConfig
+from labsrc.evaluation.gates import CaseOutcome, GateRun
+from labsrc.evaluation.metrics import recall_at_k
+from labsrc.lanes.dense import DenseSource
+from labsrc.lanes.embed import StoredEmbeddings, vectors_match_texts
+from labsrc.lanes.sparse import explain
+from labsrc.records.cases import NEGATIVE_KINDS, Case
+from labsrc.records.loading import iter_jsonl
+from labsrc.records.policy import Caller
+from labsrc.retriever.policy import PolicyRetriever
+
+__all__ = ["applied", "foundational", "production", "strong"]
+
+
+def _term_signal(outcome: CaseOutcome, retriever: PolicyRetriever, callers: Mapping[str, Caller], on_date: dt.date) -> str:
+    """'score 0.843 = rpl-14 (idf 0.98, tf 1)': the terms that put the chunk first."""
+    chunk_id = outcome.ids["bm25"][0]
+    universe = retriever.universe(callers[outcome.case.caller], outcome.case.on_date or on_date)
+    terms = [t for t in explain(outcome.case.query, chunk_id, universe) if t.contribution > 0]
+    total = sum(t.contribution for t in terms)
+    parts = ", ".join(f"'{t.term}' (idf {t.idf:.2f}, tf {t.tf}) {t.contribution:.3f}" for t in terms)
+    return f"score {total:.3f} = {parts}"
+
+
+def _names(items: Sequence[str], limit: int = 6) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "") if items else "none"
+
+
+def foundational(outcomes: Sequence[CaseOutcome], retriever: PolicyRetriever | None, callers, on_date) -> list[Evidence]:
+    exact = [o for o in outcomes if o.case.kind == "positive" and query_style(o.case.query) == "exact_code"]
+    first = [o for o in exact if o.ids["bm25"] and o.ids["bm25"][0] in o.case.expected]
+    evidence = [
+        Evidence(
+            "a positive case that is an exact policy code",
+            bool(exact),
+            _names([f"{o.case.name} ({o.case.query})" for o in exact]) if exact else "no positive case is only a code such as 'RPL-14'",
+        )
+    ]
+    if first and retriever is not None:
+        o = first[0]
+        detail = f"{o.case.name}: BM25 ranks {o.ids['bm25'][0]} first, {_term_signal(o, retriever, callers, on_date)}"
+        if len(first) > 1:
+            detail += f" (also {_names([x.case.name for x in first[1:]])})"
+    elif exact:
+        detail = "; ".join(f"{o.case.name}: BM25 ranks {list(o.ids['bm25']) or 'nothing'}, expected {list(o.case.expected)}" for o in exact)
+    else:
+        detail = "no exact-code case to rank"
+    evidence.append(Evidence("BM25 ranks the code's chunk first, through the shared code term", bool(first), detail))
+    return evidence
+
+
+def applied(outcomes: Sequence[CaseOutcome], k: int, no_vector: Mapping[str, str]) -> list[Evidence]:
+    """``no_vector`` maps a case name to the hint for its missing query vector (empty when all have one)."""
+    paraphrases = [o for o in outcomes if o.case.kind == "positive" and query_style(o.case.query) == "paraphrase"]
+    missed = [o for o in paraphrases if recall_at_k(o.ids["bm25"], o.case.expected, k) < 1.0]
+    dense = [o for o in missed if recall_at_k(o.ids["dense"], o.case.expected, k) == 1.0]
+    fused = [o for o in dense if recall_at_k(o.ids["hybrid"], o.case.expected, k) == 1.0]
+    blind = [o.case.name for o in missed if o.case.name in no_vector]
+    if dense:
+        dense_detail = _names([f"{o.case.name} (dense rank {o.lane_rank(o.case.expected[0], 'dense')})" for o in dense])
+    elif blind:
+        dense_detail = f"{next(iter(no_vector.values()))}; without one the dense lane is empty for {_names(blind)}"
+    else:
+        dense_detail = "the dense lane misses every paraphrase BM25 misses: reword them, or check the vectors' model"
+    return [
+        Evidence(
+            f"a paraphrase BM25 misses at k={k}",
+            bool(missed),
+            _names([o.case.name for o in missed]) if missed else
+            (f"BM25 finds all {len(paraphrases)} paraphrases: add one that shares no words with its rule"
+             if paraphrases else "no paraphrase case"),
+        ),
+        Evidence("the dense lane recovers it", bool(dense), dense_detail),
+        Evidence(
+            "RRF fuses it into the top k",
+            bool(fused),
+            _names([f"{o.case.name} (hybrid rank {o.lane_rank(o.case.expected[0], 'hybrid')})" for o in fused]) if fused
+            else "no recovered paraphrase survives fusion",
+        ),
+    ]
+
+
+def _safety(run: GateRun) -> Evidence:
+    safety = [g for g in run.gates if g.family in (*NEGATIVE_KINDS, "abstention")]
+    counts = {g.family: sum(o.case.kind == (g.family if g.family != "abstention" else "absent") for o in run.outcomes)
+              for g in safety}
+    empty = [family for family, n in counts.items() if n == 0]
+    failing = [g for g in safety if not g.passed]
+    detail = "; ".join(f"{g.name}: {g.detail}" + (f" (failing: {', '.join(g.failing_cases)})" if g.failing_cases else "")
+                       for g in safety)
+    if empty:
+        detail += f"; a gate with no cases proves nothing: add {', '.join(empty)} case(s)".replace("abstention", "absent")
+    return Evidence("negative safety gates pass (restricted, superseded, wrong_region, abstention), each on its cases",
+                    bool(safety) and not failing and not empty, detail)
+
+
+def strong(cases, chunks, callers, on_date, run: GateRun | None, report: dict[str, Any] | None, why: str) -> list[Evidence]:
+    positives = check_positive_cases(cases, chunks, callers, on_date, minimum=8)
+    adversarial = check_adversarial_cases(cases, chunks, callers, on_date, minimum=4)
+    evidence = [
+        Evidence("at least 8 permitted positives: exact codes, paraphrases, mixed", positives.passed,
+                 "; ".join(positives.problems) or "; ".join(positives.passes[:1] + positives.passes[-1:])),
+        Evidence("at least 4 adversarial cases: " + ", ".join(ADVERSARIAL_KINDS), adversarial.passed,
+                 "; ".join(adversarial.problems) or adversarial.passes[0]),
+    ]
+    if run is None:
+        evidence.append(Evidence("Recall@k per lane on the positives", False, "no gate run (no cases)"))
+        evidence.append(Evidence("negative safety gates pass", False, "no gate run (no cases)"))
+    else:
+        k = run.config.top_k
+        recall = run.recall
+        hybrid_gate = next((g for g in run.gates if g.family == "hybrid"), None)
+        recall_gate = next((g for g in run.gates if g.name == f"recall@{k} hybrid"), None)
+        hybrid_ok = (hybrid_gate is None or hybrid_gate.passed) and recall_gate is not None and recall_gate.passed
+        evidence.append(Evidence(
+            f"Recall@{k} per lane on the positives, hybrid meeting the course's rule against each lane",
+            hybrid_ok,
+            ", ".join(f"{lane} {recall[lane]:.2f}" for lane in LANES)
+            + "".join(f"; gate '{g.name}': {g.detail}" for g in (recall_gate, hybrid_gate) if g is not None),
+        ))
+        evidence.append(_safety(run))
+    if report is None or run is None:
+        evidence.append(Evidence("the submission reports Recall@k for bm25, dense and hybrid", False, why))
+    else:
+        lanes = (report.get("recall") or {}).get("lanes") or {}
+        mismatched = [
+            lane for lane in LANES
+            if not isinstance(lanes.get(lane), (int, float)) or not math.isclose(lanes[lane], run.recall[lane], abs_tol=1e-9)
+        ]
+        evidence.append(Evidence(
+            "the submission reports Recall@k for bm25, dense and hybrid",
+            not mismatched,
+            f"{why}: " + (", ".join(f"{lane} {lanes[lane]:.2f}" for lane in LANES) if not mismatched else
+                          f"lanes {mismatched} are missing or differ from the re-run "
+                          f"({', '.join(f'{lane} {run.recall[lane]:.2f}' for lane in LANES)}): regenerate the report"),
+        ))
+    return evidence
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [record for _, record in iter_jsonl(path)]
+
+
+def _encoder(sub: Submission, cases: Sequence[Case], chunks, source: DenseSource | None, source_error: str | None) -> Evidence:
+    criterion = "a versioned real encoder covering every case query"
+    if sub.vectors is None or source is None:
+        detail = source_error or "no vectors/ folder: embed your chunks and case queries with 'labsrc embed' and hand them in"
+        return Evidence(criterion, False, detail)
+    check = check_dense_source(source, cases, cases_path=f"{sub.root}/cases.jsonl")
+    stored = source.queries if isinstance(source, StoredEmbeddings) else {}
+    renamed = [c.name for c in cases if c.name in stored and stored[c.name] != c.query]
+    problems = list(check.problems)
+    if isinstance(source, StoredEmbeddings) and not vectors_match_texts(source, chunks):
+        problems.append("the vectors were made from other chunk texts (MODEL.json texts_sha256 differs): "
+                        "re-run 'labsrc embed' after changing the chunks")
+    if renamed:
+        problems.append(f"case(s) {renamed} have a stored query id whose text differs from the case's query: re-embed")
+    return Evidence(criterion, not problems, "; ".join(problems) or f"{sub.describe(sub.vectors)}: " + "; ".join(check.passes[:2]))
+
+
+def production(
+    sub: Submission, cases: Sequence[Case], chunks, callers, source: DenseSource | None, source_error: str | None,
+    config: GateConfig, relaxed: Sequence[str], run: GateRun | None, report: dict[str, Any] | None, why: str,
+) -> list[Evidence]:
+    evidence = [_encoder(sub, cases, chunks, source, source_error)]
+    evidence.append(Evidence(
+        "the submission's gate.json keeps the course's thresholds",
+        not relaxed,
+        ("it relaxes " + "; ".join(relaxed) + " (graded against the course's gate.json anyway)") if relaxed
+        else ("no gate.json of its own: the course's" if sub.config == sub.course / "gate.json" else "nothing relaxed"),
+    ))
+    if run is None:
+        for criterion in ("a versioned index and a pinned evaluation date", "latency measured: p50 and p95 per stage",
+                          "restricted and superseded policies never enter any lane or the fused candidates",
+                          "the reranker artifact holds only the fused, permitted candidates",
+                          "compact traces of failed cases hold no text and no restricted content"):
+            evidence.append(Evidence(criterion, False, "no gate run (no cases)"))
+        return evidence
+    versions = dict(run.versions)
+    pinned = config.on_date is not None
+    evidence.append(Evidence(
+        "a versioned index and a pinned evaluation date",
+        pinned and bool(versions.get("index")) and bool(versions.get("dense")),
+        ", ".join(f"{k} {v}" for k, v in versions.items())
+        + ("" if pinned else "; gate.json has no on_date, so replays change with the calendar"),
+    ))
+    latency_gate = next((g for g in run.gates if g.family == "latency"), None)
+    reported = ((report or {}).get("latency") or {}).get("stages") or {}
+    unreported = [s for s in STAGES if not {"p50_ms", "p95_ms"} <= set(reported.get(s) or {})]
+    latency_ok = latency_gate is not None and latency_gate.passed and report is not None and not unreported
+    detail = latency_gate.detail if latency_gate is not None else "not measured"
+    if report is None:
+        detail += f"; {why}"
+    elif unreported:
+        detail += f"; report.json has no p50/p95 for {unreported}"
+    evidence.append(Evidence("latency measured: p50 and p95 per stage within budget", latency_ok, detail))
+    exclusion = [g for g in run.gates if g.family in ("restricted", "superseded")]
+    counts = {kind: sum(o.case.kind == kind for o in run.outcomes) for kind in ("restricted", "superseded")}
+    empty = [kind for kind, n in counts.items() if n == 0]
+    evidence.append(Evidence(
+        "restricted and superseded policies never enter any lane or the fused candidates",
+        not empty and all(g.passed for g in exclusion),
+        "; ".join(f"{g.name}: {g.detail}" for g in exclusion) + " (probed at the depth of the whole corpus)"
+        + (f"; no {' or '.join(empty)} case, so nothing was probed" if empty else ""),
+    ))
+    for criterion, name, checker in (
+        ("the reranker artifact holds only the fused, permitted candidates", "candidates.jsonl", check_candidates_artifact),
+        ("compact traces of failed cases hold no text and no restricted content", "failed_traces.jsonl", check_failed_traces),
+    ):
+        path = None if sub.report is None else sub.report / name
+        if report is None or path is None or not path.is_file():
+            evidence.append(Evidence(criterion, False, why if report is None else f"no report/{name}"))
+            continue
+        records = _read_jsonl(path)
+        if name == "failed_traces.jsonl" and not run.failed_outcomes and not records:
+            evidence.append(Evidence(criterion, False, "no case failed, so there is no trace to judge (not counted)",
+                                     applicable=False))
+            continue
+        result = checker(records, run, chunks, callers)
+        evidence.append(Evidence(criterion, result.passed, "; ".join(result.problems) or f"report/{name}: " + "; ".join(result.passes)))
+    return evidence
