@@ -29,7 +29,7 @@ def test_pruned_search_equals_exhaustive_scoring(seed, k, words):
     index = BM25Index.build_from_terms(((f"d{i:05d}", d) for i, d in enumerate(docs)), analyzer=str.split)
     query = [vocabulary[0]] + [vocabulary[r] for r in np.minimum(rng.zipf(1.3, size=words), 400) - 1]
     lists = index._term_lists(query)
-    assert sum(p.size for p, _, _, _ in lists) > 1000  # the common words make the postings long
+    assert sum(term.positions.size for term in lists) > 1000  # the common words make the postings long
     candidates = maxscore_candidates(lists, k, index.n_docs)
     truth = exhaustive_top(index, query, k)
     if candidates is not None:

@@ -93,3 +93,27 @@ def test_the_full_index_and_the_permitted_lane_agree_when_everything_is_permitte
     mask = np.array(keep[: len(pairs)])
     kept = BM25Index.build([pair for pair, k in zip(pairs, mask) if k])
     assert lane.search(query, mask, 50) == (kept.search(query, 50) if kept.n_docs else [])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.sampled_from([1, 5, 20]), share=st.sampled_from([0.05, 0.3, 0.9]))
+def test_pruned_permitted_search_equals_exhaustive(seed, k, share, monkeypatch_module):
+    import labsrc.lanes.permitted as permitted
+
+    rng = np.random.default_rng(seed)
+    vocabulary = [f"w{i}" for i in range(300)]
+    ranks = np.minimum(rng.zipf(1.3, size=(2000, 25)), 300) - 1
+    docs = [[vocabulary[r] for r in row[: rng.integers(3, 25)]] for row in ranks]
+    index = BM25Index.build_from_terms(((f"d{i:05d}", d) for i, d in enumerate(docs)), analyzer=str.split)
+    lane = PermittedBM25(index)
+    mask = rng.random(index.n_docs) < share
+    query = ["w0", "w1"] + [vocabulary[r] for r in np.minimum(rng.zipf(1.3, size=4), 300) - 1]
+    monkeypatch_module.setattr(permitted, "_PRUNE_FROM_POSTINGS", 10**9)
+    exhaustive = lane.search_terms(query, mask, k)
+    monkeypatch_module.setattr(permitted, "_PRUNE_FROM_POSTINGS", 0)
+    assert lane.search_terms(query, mask, k) == exhaustive  # ids and scores, ==
+    assert lane.search_terms(query, mask, k) == exhaustive  # again, with df_U now cached for this mask
+    kept = BM25Index.build_from_terms(
+        ((f"d{i:05d}", d) for i, d in enumerate(docs) if mask[i]), analyzer=str.split
+    )
+    assert [(index.ids[p], s) for p, s in exhaustive] == kept.search_terms(query, k)

@@ -71,7 +71,8 @@ from labsrc.lanes.encoders import (
     SentenceTransformerEncoder,
 )
 from labsrc.lanes.maxscore import (
-    TermPostings,
+    ScoredTerm,
+    StoredTerm,
     maxscore_candidates,
     score_candidates,
 )
@@ -129,10 +130,11 @@ __all__ = [
     "PermittedBM25",
     "QUERY_TEXT_RECIPE",
     "REQUIRED_MODEL_FIELDS",
+    "ScoredTerm",
     "SentenceTransformerEncoder",
     "StoredEmbeddings",
+    "StoredTerm",
     "TermExplanation",
-    "TermPostings",
     "UniverseStats",
     "VectorDirectory",
     "analyzer_from_description",

@@ -22,17 +22,29 @@ statistics produced them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-__all__ = ["TermPostings", "maxscore_candidates", "score_candidates"]
-
-#: A term's postings (ascending positions), its contributions there, their maximum, and how
-#: often the term occurs in the query (its contributions count that many times).
-TermPostings = tuple[np.ndarray, np.ndarray, float, int]
+__all__ = ["ScoredTerm", "StoredTerm", "maxscore_candidates", "score_candidates"]
 
 # Relative margin for comparing sums taken in different orders (their rounding is ~1e-16).
 _SLACK = 1e-9
+
+
+class ScoredTerm(Protocol):
+    """One query term as MaxScore sees it: a bound on its contribution, and two ways to read it."""
+
+    bound: float  # >= its contribution to any document (query count included)
+
+    def postings(self) -> tuple[np.ndarray, np.ndarray]:
+        """All its (ascending positions, contributions): a scan of its postings."""
+        ...
+
+    def lookup(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(found, contributions)``: which ascending ``candidates`` it holds, and what it adds to them."""
+        ...
 
 
 def _times(values: np.ndarray, count: int) -> np.ndarray:
@@ -40,24 +52,43 @@ def _times(values: np.ndarray, count: int) -> np.ndarray:
     return values if count == 1 else count * values
 
 
+def find(postings: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Binary search: where each candidate would sit in ``postings``, and whether it is there."""
+    at = np.minimum(np.searchsorted(postings, candidates), postings.size - 1)
+    return at, postings[at] == candidates
+
+
+@dataclass(frozen=True)
+class StoredTerm:
+    """A term of an index whose contributions are stored per posting (the whole-corpus index)."""
+
+    positions: np.ndarray
+    contributions: np.ndarray
+    max_contribution: float
+    count: int  # how often the term occurs in the query
+
+    @property
+    def bound(self) -> float:
+        return self.max_contribution * self.count
+
+    def postings(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.positions, _times(self.contributions, self.count)
+
+    def lookup(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        at, found = find(self.positions, candidates)
+        return found, _times(self.contributions[at[found]], self.count)
+
+
 def _kth_largest(values: np.ndarray, k: int) -> float:
     return float(np.partition(values, values.size - k)[values.size - k])
 
 
-def _lookup(term: TermPostings, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Which candidates the term's postings hold, and its contribution to each of them."""
-    postings, contributions, _, count = term
-    at = np.minimum(np.searchsorted(postings, candidates), postings.size - 1)
-    found = postings[at] == candidates
-    return found, _times(contributions[at[found]], count)
-
-
-def maxscore_candidates(terms: Sequence[TermPostings], top_k: int, n_docs: int) -> np.ndarray | None:
+def maxscore_candidates(terms: Sequence[ScoredTerm], top_k: int, n_docs: int) -> np.ndarray | None:
     """Ascending positions that hold the true top ``top_k``, or ``None`` when pruning saves nothing.
 
     ``terms`` are the query's terms (any order); ``n_docs`` bounds the positions.
     """
-    bound = [t[2] * t[3] for t in terms]
+    bound = [t.bound for t in terms]
     order = sorted(range(len(terms)), key=lambda i: -bound[i])
     rest = [0.0] * (len(order) + 1)
     for j in range(len(order) - 1, -1, -1):
@@ -65,9 +96,9 @@ def maxscore_candidates(terms: Sequence[TermPostings], top_k: int, n_docs: int) 
     docs: list[np.ndarray] = []
     weights: list[np.ndarray] = []
     for j in range(len(order) - 1):  # with every term essential, pruning saves nothing
-        postings, contributions, _, count = terms[order[j]]
-        docs.append(postings)
-        weights.append(_times(contributions, count))
+        positions, contributions = terms[order[j]].postings()
+        docs.append(positions)
+        weights.append(contributions)
         merged, merged_w = np.concatenate(docs), np.concatenate(weights)
         if merged.size * 8 > n_docs:  # many postings: a dense accumulator beats sorting them
             dense = np.bincount(merged, merged_w, minlength=n_docs)
@@ -91,7 +122,7 @@ def _refine(terms, remaining_order, rest, candidates, partial, top_k, theta) -> 
         candidates, partial = candidates[keep], partial[keep]
         if candidates.size <= top_k:
             break
-        found, contribution = _lookup(terms[i], candidates)
+        found, contribution = terms[i].lookup(candidates)
         partial = partial.copy()
         partial[found] += contribution
         theta = max(theta, _kth_largest(partial, top_k))
@@ -100,10 +131,10 @@ def _refine(terms, remaining_order, rest, candidates, partial, top_k, theta) -> 
     return candidates
 
 
-def score_candidates(terms: Sequence[TermPostings], candidates: np.ndarray) -> np.ndarray:
+def score_candidates(terms: Sequence[ScoredTerm], candidates: np.ndarray) -> np.ndarray:
     """Exact scores of ``candidates``: contributions added term by term in the query's order, from 0."""
     scores = np.zeros(candidates.size, dtype=np.float64)
     for term in terms:
-        found, contribution = _lookup(term, candidates)
+        found, contribution = term.lookup(candidates)
         scores[found] += contribution
     return scores

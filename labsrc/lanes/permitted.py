@@ -25,16 +25,23 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from labsrc.cache import LRUCache
 from labsrc.errors import InvalidArgument
 from labsrc.lanes.bm25 import bm25_term_score, idf_lucene, length_norm
+from labsrc.lanes.maxscore import find, maxscore_candidates, score_candidates
 from labsrc.lanes.sparse import BM25Index
 from labsrc.ranking import check_top_k, top_k_positions
 
 __all__ = ["PermittedBM25", "UniverseStats", "mask_key", "universe_stats"]
+
+#: Below this many postings a query is scored exhaustively: pruning's bookkeeping would cost more.
+_PRUNE_FROM_POSTINGS = 20_000
+#: df_U of a term with at least this many postings is cached per mask (counting it reads them all).
+_CACHE_DF_FROM = 4_096
 
 
 def mask_key(mask: np.ndarray) -> bytes:
@@ -58,6 +65,44 @@ def universe_stats(doc_len: np.ndarray, mask: np.ndarray) -> UniverseStats:
     return UniverseStats(n_docs, total, total / n_docs if n_docs else 0.0)
 
 
+class _Universe:
+    """What one mask keeps between requests: its N_U and avgdl_U, and df_U of long postings lists."""
+
+    def __init__(self, stats: UniverseStats) -> None:
+        self.stats = stats
+        self.df: dict[int, int] = {}
+
+
+@dataclass(frozen=True)
+class _PermittedTerm:
+    """A query term under one universe's statistics, for MaxScore (:mod:`labsrc.lanes.maxscore`)."""
+
+    positions: np.ndarray  # all of the term's postings, permitted or not
+    tf: np.ndarray
+    mask: np.ndarray
+    doc_len: np.ndarray
+    idf: float
+    avgdl: float
+    k1: float
+    b: float
+    count: int
+    bound: float
+
+    def _contributions(self, docs: np.ndarray, tf: np.ndarray) -> np.ndarray:
+        # The very expressions of PermittedBM25.score_terms, on a subset: equal values.
+        part = bm25_term_score(self.idf, tf, length_norm(self.doc_len[docs], self.avgdl, self.b), self.k1)
+        return part if self.count == 1 else self.count * part
+
+    def postings(self) -> tuple[np.ndarray, np.ndarray]:
+        keep = self.mask[self.positions]
+        docs = self.positions[keep]
+        return docs, self._contributions(docs, self.tf[keep])
+
+    def lookup(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        at, found = find(self.positions, candidates)  # candidates are permitted already
+        return found, self._contributions(candidates[found], self.tf[at[found]])
+
+
 class PermittedBM25:
     """BM25 over a shared :class:`~labsrc.lanes.sparse.BM25Index`, with statistics from a mask.
 
@@ -73,7 +118,7 @@ class PermittedBM25:
         self.index = index
         self._doc_len = np.asarray(index.doc_len, dtype=np.float64)
         self._tf = np.asarray(index.tf, dtype=np.float64)
-        self._stats: LRUCache[UniverseStats] = LRUCache(maxsize=cache_size)
+        self._stats: LRUCache[_Universe] = LRUCache(maxsize=cache_size)
 
     def _check_mask(self, mask: np.ndarray) -> np.ndarray:
         mask = np.asarray(mask)
@@ -83,10 +128,21 @@ class PermittedBM25:
             )
         return mask
 
+    def _universe(self, mask: np.ndarray) -> _Universe:
+        return self._stats.get_or_build(mask_key(mask), lambda: _Universe(universe_stats(self._doc_len, mask)))
+
     def stats(self, mask: np.ndarray) -> UniverseStats:
         """N_U and avgdl_U for ``mask``, cached by the mask's bits (never by who asked)."""
-        mask = self._check_mask(mask)
-        return self._stats.get_or_build(mask_key(mask), lambda: universe_stats(self._doc_len, mask))
+        return self._universe(self._check_mask(mask)).stats
+
+    @cached_property
+    def _term_extremes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each term's largest tf and shortest document: its BM25 bound holds for any universe."""
+        index = self.index
+        if index.tf.size == 0:
+            return np.zeros(0), np.zeros(0)
+        starts = np.asarray(index.ptr[:-1])
+        return np.maximum.reduceat(self._tf, starts), np.minimum.reduceat(self._doc_len[index.doc_pos], starts)
 
     def df(self, term: str, mask: np.ndarray) -> int:
         """df_U(t): the permitted documents containing ``term``."""
@@ -144,11 +200,62 @@ class PermittedBM25:
         return positions, np.bincount(slot, weights=weights, minlength=positions.size)
 
     def search_terms(self, terms: Sequence[str], mask: np.ndarray, top_k: int) -> list[tuple[int, float]]:
-        """The ``top_k`` ``(position, score)`` pairs with score > 0, by (score desc, position asc)."""
+        """The ``top_k`` ``(position, score)`` pairs with score > 0, by (score desc, position asc).
+
+        Long queries are pruned with MaxScore, with bounds from each term's largest
+        tf and shortest document under this universe's idf and avgdl: the result is
+        exactly exhaustive scoring's top ``top_k``.
+        """
         top_k = check_top_k(top_k)
+        if isinstance(terms, str):
+            raise InvalidArgument("search_terms takes a list of terms, not one string")
+        mask = self._check_mask(mask)
+        pruned = self._pruned(terms, mask, top_k)
+        if pruned is not None:
+            return pruned
         positions, scores = self.score_terms(terms, mask)
         best = top_k_positions(scores, top_k)
         return list(zip(positions[best].tolist(), scores[best].tolist()))
+
+    def _pruned(self, terms: Sequence[str], mask: np.ndarray, top_k: int) -> list[tuple[int, float]] | None:
+        index = self.index
+        known = [(t, c) for term, c in Counter(terms).items() if (t := index.vocabulary.get(term)) is not None]
+        ptr = index._ptr
+        if len(known) < 2 or sum(ptr[t + 1] - ptr[t] for t, _ in known) <= _PRUNE_FROM_POSTINGS:
+            return None
+        universe = self._universe(mask)
+        stats = universe.stats
+        if stats.n_docs == 0:
+            return []
+        postings, dfs = [], []
+        for t, _ in known:
+            lo, hi = ptr[t], ptr[t + 1]
+            postings.append(index._postings[lo:hi])
+            df = universe.df.get(t)
+            if df is None:
+                df = int(np.count_nonzero(mask[postings[-1]]))
+                if hi - lo >= _CACHE_DF_FROM:  # long lists are worth remembering for this mask
+                    universe.df[t] = df
+            dfs.append(df)
+        live = [i for i, df in enumerate(dfs) if df]
+        if not live:
+            return []
+        idf = idf_lucene(np.array([dfs[i] for i in live], dtype=np.int64), stats.n_docs)
+        max_tf, min_len = self._term_extremes
+        k1, b = index.k1, index.b
+        scored = []
+        for slot, i in enumerate(live):
+            t, count = known[i]
+            lo, hi = ptr[t], ptr[t + 1]
+            top = bm25_term_score(idf[slot], max_tf[t], length_norm(min_len[t], stats.avgdl, b), k1)
+            scored.append(_PermittedTerm(postings[i], self._tf[lo:hi], mask, self._doc_len, idf[slot],
+                                         stats.avgdl, k1, b, count, float(count * top)))  # fmt: skip
+        candidates = maxscore_candidates(scored, top_k, index.n_docs)
+        if candidates is None:
+            return None
+        scores = score_candidates(scored, candidates)
+        best = top_k_positions(scores, top_k)
+        return list(zip(candidates[best].tolist(), scores[best].tolist()))
 
     def search(self, query: str, mask: np.ndarray, top_k: int) -> list[tuple[str, float]]:
         """The ``top_k`` ``(id, score)`` pairs for ``query`` within the mask's universe."""

@@ -30,7 +30,7 @@ from labsrc.lanes.bm25 import (
     idf_lucene,
     length_norm,
 )
-from labsrc.lanes.maxscore import TermPostings, maxscore_candidates, score_candidates
+from labsrc.lanes.maxscore import StoredTerm, maxscore_candidates, score_candidates
 from labsrc.ranking import check_top_k, top_k_positions
 from labsrc.records.policy import PolicyChunk, chunk_lookup
 
@@ -243,7 +243,7 @@ class BM25Index:
         if isinstance(terms, str):
             raise InvalidArgument("search_terms takes a list of terms; use search for query text")
         lists = self._term_lists(terms)
-        if sum(p.size for p, _, _, _ in lists) > _PRUNE_FROM_POSTINGS:
+        if sum(term.positions.size for term in lists) > _PRUNE_FROM_POSTINGS:
             candidates = maxscore_candidates(lists, top_k, self.n_docs)
             if candidates is not None:
                 scores = score_candidates(lists, candidates)
@@ -251,15 +251,15 @@ class BM25Index:
                 return list(zip([self.ids[p] for p in candidates[best].tolist()], scores[best].tolist()))
         return self._top(self.score_terms(terms), top_k)
 
-    def _term_lists(self, terms: Sequence[str]) -> list[TermPostings]:
-        """Each known query term's postings, contributions (times its query count) and their bound."""
+    def _term_lists(self, terms: Sequence[str]) -> list[StoredTerm]:
+        """Each known query term's postings, contributions, their maximum and its query count."""
         ptr, postings, impacts, bounds = self._ptr, self._postings, self.impact, self._bounds
         lists = []
         for term, query_count in Counter(terms).items():
             t = self.vocabulary.get(term)
             if t is not None:
                 lo, hi = ptr[t], ptr[t + 1]
-                lists.append((postings[lo:hi], impacts[lo:hi], bounds[t], query_count))
+                lists.append(StoredTerm(postings[lo:hi], impacts[lo:hi], bounds[t], query_count))
         return lists
 
     def _top(self, scores: np.ndarray, top_k: int) -> list[tuple[str, float]]:
