@@ -22,7 +22,7 @@ from labsrc.engines import PostgresRetriever
 pytestmark = requires_postgres
 
 SETTINGS = settings(
-    max_examples=100,
+    max_examples=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

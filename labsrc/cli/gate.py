@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from labsrc.boundary import permitted_chunks
+from labsrc.cli.engines import make_retriever
 from labsrc.cli.progress import make_progress
 from labsrc.cli.report import add_run_options, apply_overrides, print_gate_table
 from labsrc.errors import InvalidRecord
@@ -29,7 +30,6 @@ from labsrc.lanes.dense import (
 from labsrc.records.cases import Case, load_cases
 from labsrc.records.loading import load_callers, load_chunks, parse_date
 from labsrc.records.policy import Caller, PolicyChunk
-from labsrc.retriever.policy import PolicyRetriever
 
 __all__ = ["iso_date", "load_dense_source", "register", "run", "visible_chunks"]
 
@@ -126,8 +126,8 @@ def run(args: argparse.Namespace) -> int:
     config = apply_overrides(config, args)
     source = load_dense_source(args.vectors, visible_chunks(chunks, callers, cases, config.eval_date()), cases)
     _warn_missing_query_vectors(source, cases, args.vectors)
-    retriever = PolicyRetriever(chunks, source, rrf_k=config.rrf_k)
     progress = make_progress(args.no_progress)
+    retriever = make_retriever(args, chunks, source, rrf_k=config.rrf_k, progress=progress)
     result = release_gate(retriever, cases, callers, config, progress=progress)
     print_gate_table(result)
     if args.out:

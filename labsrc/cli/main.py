@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from labsrc.cli import beir as cli_beir
 from labsrc.cli import embed as cli_embed
+from labsrc.cli.engines import close_engines
 from labsrc.cli import gate as cli_gate
 from labsrc.cli import report as cli_report
 from labsrc.cli import rubric as cli_rubric
@@ -44,4 +45,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LabError as exc:
         print(f"labsrc: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        close_engines()
 
