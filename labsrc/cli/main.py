@@ -14,11 +14,11 @@ from collections.abc import Sequence
 
 from labsrc.cli import beir as cli_beir
 from labsrc.cli import embed as cli_embed
-from labsrc.cli.engines import close_engines
 from labsrc.cli import gate as cli_gate
 from labsrc.cli import report as cli_report
 from labsrc.cli import rubric as cli_rubric
 from labsrc.cli import search as cli_search
+from labsrc.cli.engines import close_engines
 from labsrc.errors import LabError
 
 __all__ = ["build_parser", "main"]

@@ -83,7 +83,7 @@ LIMIT %(top_k)s
 class Bm25Statistics:
     """N, total length and df per query term, as the session sees them."""
 
-    __slots__ = ("n_docs", "total_len", "df")
+    __slots__ = ("df", "n_docs", "total_len")
 
     def __init__(self, n_docs: int, total_len: int, df: dict[str, int]) -> None:
         self.n_docs = n_docs

@@ -29,6 +29,15 @@ from typing import Any
 
 import numpy as np
 
+from labsrc.engines.lanes_sql import (
+    DENSE_MODES,
+    ITERATIVE_SCANS,
+    dense_candidates,
+    rescore_dense,
+    sparse_lane,
+)
+from labsrc.engines.schema import apply_request
+from labsrc.engines.store import PostgresStore
 from labsrc.errors import InvalidArgument
 from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k, reciprocal_rank_fusion
 from labsrc.lanes.analysis import Analyzer, lesson_analyzer
@@ -38,9 +47,6 @@ from labsrc.ranking import check_top_k
 from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
 from labsrc.retriever.policy import RetrievalResult
 from labsrc.trace import RetrievalTrace, StageTimer
-from labsrc.engines.lanes_sql import DENSE_MODES, ITERATIVE_SCANS, dense_candidates, rescore_dense, sparse_lane
-from labsrc.engines.schema import apply_request
-from labsrc.engines.store import PostgresStore
 
 __all__ = ["ENGINE_VERSION", "PostgresRetriever"]
 

@@ -14,12 +14,18 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from labsrc.engines.loading import LoadStats, document_vectors, load_corpus
+from labsrc.engines.schema import (
+    apply_request,
+    create_reader_role,
+    create_tables,
+    drop_store,
+    enable_row_security,
+)
+from labsrc.engines.server import EmbeddedServer, require_psycopg, server_versions
 from labsrc.errors import InvalidArgument, LabError
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import Caller, PolicyChunk
-from labsrc.engines.loading import LoadStats, document_vectors, load_corpus
-from labsrc.engines.schema import apply_request, create_reader_role, create_tables, drop_store, enable_row_security
-from labsrc.engines.server import EmbeddedServer, require_psycopg, server_versions
 
 __all__ = ["PostgresStore"]
 
@@ -72,7 +78,13 @@ class PostgresStore:
             self.close()
             raise
 
-    def _build(self, chunks, source, analyzer, progress) -> LoadStats:  # noqa: ANN001
+    def _build(
+        self,
+        chunks: Sequence[PolicyChunk],
+        source: DenseSource,
+        analyzer: Callable[[str], list[str]],
+        progress: Callable[[str, int, int], None] | None,
+    ) -> LoadStats:
         vectors, dimension = document_vectors(chunks, source)
         create_tables(self.admin, self.schema, dimension)
         self.vector_schema = self.admin.execute(
