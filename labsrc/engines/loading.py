@@ -150,7 +150,4 @@ def load_corpus(
         for term, chunk_id, tf in postings
     )  # fmt: skip
     _copy(conn, "lab_postings", _POSTING_COLUMNS, _POSTING_TYPES, posting_rows, len(postings), "load postings", progress)
-    # Fresh statistics for the planner, and a visibility map so term lookups can be index-only.
-    conn.execute("VACUUM (ANALYZE) lab_chunks")
-    conn.execute("VACUUM (ANALYZE) lab_postings")
     return LoadStats(len(chunks), len(postings), dimension, sum(v is None for v in vectors))

@@ -17,6 +17,7 @@ from typing import Any
 from labsrc.engines.loading import LoadStats, document_vectors, load_corpus
 from labsrc.engines.schema import (
     apply_request,
+    create_indexes,
     create_reader_role,
     create_tables,
     drop_store,
@@ -96,6 +97,7 @@ class PostgresStore:
             stats = load_corpus(self.admin, chunks, vectors, analyzer, progress=progress)
         except self._psycopg.DataError as exc:
             raise InvalidArgument(f"PostgreSQL refused a chunk while loading: {exc}") from exc
+        create_indexes(self.admin, self.schema)
         create_reader_role(self.admin, self.schema, self.role, self._password)
         enable_row_security(self.admin, self.schema, self.role)
         return stats
