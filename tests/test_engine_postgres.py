@@ -125,6 +125,30 @@ def test_the_reader_role_cannot_switch_the_boundary_off(engine, data, statement)
         conn.close()
 
 
+@pytest.mark.parametrize(
+    "statement, refusal",
+    [
+        ("ALTER TABLE lab_chunks DISABLE ROW LEVEL SECURITY", "must be owner"),
+        ("DROP POLICY lab_boundary ON lab_postings", "must be owner"),
+        ("DELETE FROM lab_postings", "permission denied"),
+        ("INSERT INTO lab_chunks (chunk_id) VALUES ('x')", "permission denied"),
+        ("SET ROLE postgres", "permission denied"),
+    ],
+)
+def test_even_a_read_write_transaction_of_the_role_cannot(engine, data, statement, refusal):
+    # Requests are read-only transactions; the guarantee underneath is the role's privileges.
+    import psycopg
+
+    conn = engine.connect_as(data.luna, data.eval_date)
+    try:
+        conn.rollback()
+        conn.read_only = False
+        with pytest.raises(psycopg.Error, match=refusal):
+            conn.execute(statement)
+    finally:
+        conn.close()
+
+
 def test_a_session_that_never_authorized_sees_nothing(engine, data):
     conn = engine.connect_as(data.luna, data.eval_date)
     try:

@@ -103,11 +103,22 @@ def bm25_statistics(conn: Any, terms: Sequence[str]) -> Bm25Statistics:
 
 
 def sparse_lane(
-    conn: Any, query_terms: Sequence[str], top_k: int, *, k1: float, b: float
+    conn: Any,
+    query_terms: Sequence[str],
+    top_k: int,
+    *,
+    k1: float,
+    b: float,
+    statistics: Bm25Statistics | None = None,
 ) -> tuple[list[tuple[str, float]], Bm25Statistics]:
-    """The BM25 lane: ``(chunk_id, score)`` by (score desc, chunk_id asc), and the statistics used."""
+    """The BM25 lane: ``(chunk_id, score)`` by (score desc, chunk_id asc), and the statistics used.
+
+    ``statistics`` replaces the session's own (:func:`bm25_statistics`); the
+    retriever never passes it. It exists to *show* the side channel: statistics
+    read from anywhere but the RLS-filtered tables let hidden rows move scores.
+    """
     counts = Counter(query_terms)  # first-occurrence order, as BM25Index.score_terms iterates
-    stats = bm25_statistics(conn, list(counts))
+    stats = bm25_statistics(conn, list(counts)) if statistics is None else statistics
     terms = [t for t in counts if stats.df.get(t, 0) > 0]
     if not terms or stats.n_docs == 0 or stats.total_len == 0:
         return [], stats
