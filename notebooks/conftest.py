@@ -1,9 +1,10 @@
 """Collection hooks for the notebooks.
 
-Notebooks 08 and 09 run on BEIR SciFact (and 11 measures filter placement on it), which a fresh clone does not have
+Notebooks 08 and 09 run on BEIR SciFact (and 11 and 12 measure on it), which a fresh clone does not have
 (see the README, "Real benchmark"). Without it their cells are skipped with the
 reason, instead of failing on the first cell; with it they run under nbval
-like every other notebook.
+like every other notebook. Notebook 12 also needs the ``postgres`` extra and
+is skipped, with the install command as the reason, without it.
 """
 
 from __future__ import annotations
@@ -11,18 +12,27 @@ from __future__ import annotations
 import pytest
 
 from labsrc.datasets import find_dataset_dir, missing_data_reason
+from labsrc.engines import postgres_available
 
 #: Notebook file name → the BEIR collection it needs.
 BEIR_NOTEBOOKS = {
     "08-tuning-fusion.ipynb": "scifact",
     "09-real-benchmark.ipynb": "scifact",
     "11-filter-placement.ipynb": "scifact",
+    "12-into-a-real-database.ipynb": "scifact",
 }
+
+#: Notebooks that run the PostgreSQL engine (the ``postgres`` extra).
+POSTGRES_NOTEBOOKS = frozenset({"12-into-a-real-database.ipynb"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     missing: dict[str, bool] = {}
+    engine_missing = postgres_available()
     for item in items:
+        if item.path.name in POSTGRES_NOTEBOOKS and engine_missing is not None:
+            item.add_marker(pytest.mark.skip(reason=engine_missing))
+            continue
         dataset = BEIR_NOTEBOOKS.get(item.path.name)
         if dataset is None:
             continue

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from labsrc.boundary import permitted_chunks
+from labsrc.cli.engines import make_retriever
 from labsrc.cli.outputs import check_out_dir, check_out_file
 from labsrc.cli.progress import make_progress
 from labsrc.cli.report import add_run_options, apply_overrides, print_gate_table
@@ -35,7 +36,6 @@ from labsrc.lanes.dense import (
 from labsrc.records.cases import Case, iter_cases
 from labsrc.records.loading import load_callers, load_chunks, parse_date
 from labsrc.records.policy import Caller, PolicyChunk
-from labsrc.retriever.policy import PolicyRetriever
 
 __all__ = ["iso_date", "load_dense_source", "register", "run", "visible_chunks"]
 
@@ -135,8 +135,8 @@ def run(args: argparse.Namespace) -> int:
     positives = [c for c in cases if c.kind == "positive"]
     if args.vectors and (note := missing_vectors_note(source, positives, chunks_path=args.chunks, cases_path=args.cases, vectors_path=args.vectors)):
         print(f"labsrc: warning: {note}", file=sys.stderr)
-    retriever = PolicyRetriever(chunks, source, rrf_k=config.rrf_k)
     progress = make_progress(args.no_progress)
+    retriever = make_retriever(args, chunks, source, rrf_k=config.rrf_k, progress=progress)
     result = release_gate(retriever, cases, callers, config, progress=progress)
     print_gate_table(result)
     if args.out:

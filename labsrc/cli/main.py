@@ -19,6 +19,7 @@ from labsrc.cli import gate as cli_gate
 from labsrc.cli import report as cli_report
 from labsrc.cli import rubric as cli_rubric
 from labsrc.cli import search as cli_search
+from labsrc.cli.engines import close_engines
 from labsrc.errors import LabError
 
 __all__ = ["build_parser", "main"]
@@ -45,4 +46,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LabError as exc:
         print(f"labsrc: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        close_engines()
 

@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from labsrc.cli.engines import add_engine_options, make_retriever
 from labsrc.cli.outputs import check_out_dir
 from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir, lesson
 from labsrc.evaluation.config import LANES, GateConfig, load_gate_config
 from labsrc.evaluation.gates import GateRun, release_gate
 from labsrc.evaluation.report import write_report
-from labsrc.retriever.policy import PolicyRetriever
 
 __all__ = ["DEFAULT_OUT", "add_run_options", "apply_overrides", "print_gate_table", "register", "run"]
 
@@ -77,6 +77,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, metavar="N", help="override the config's top_k (results per lane and fused)")
     parser.add_argument("--repetitions", type=int, metavar="N", help="override the config's timed repetitions")
     parser.add_argument("--no-progress", action="store_true", help="never draw progress bars (they draw only when stderr is a terminal)")
+    add_engine_options(parser)
 
 
 def apply_overrides(config: GateConfig, args: argparse.Namespace) -> GateConfig:
@@ -101,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
     data = lesson()
     config = load_gate_config(args.config) if args.config else load_gate_config(lesson_config_path())
     config = apply_overrides(config, args)
-    retriever = PolicyRetriever(data.chunks, data.vectors, rrf_k=config.rrf_k)
     progress = make_progress(args.no_progress)
+    retriever = make_retriever(args, data.chunks, data.vectors, rrf_k=config.rrf_k, progress=progress)
     result = release_gate(
         retriever, data.cases, data.callers_by_id, config, on_date=config.on_date or data.eval_date, progress=progress
     )

@@ -12,12 +12,12 @@ import datetime as dt
 import numpy as np
 
 from labsrc.boundary import permitted_chunks
+from labsrc.cli.engines import add_engine_options, make_retriever
 from labsrc.cli.gate import iso_date, load_dense_source
 from labsrc.datasets.lesson import lesson
 from labsrc.errors import InvalidArgument
 from labsrc.lanes.coverage import no_vector_hint
 from labsrc.records.loading import load_callers, load_chunks
-from labsrc.retriever.policy import PolicyRetriever
 
 __all__ = ["register", "run"]
 
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         vectors = load_dense_source(args.vectors, permitted_chunks(by_id[args.actor], chunks, on_date))
     else:
         vectors = data.vectors
-    retriever = PolicyRetriever(chunks, vectors)
+    retriever = make_retriever(args, chunks, vectors)
     result = retriever.search(args.query, by_id[args.actor], on_date, args.top_k)
     trace = result.trace
     print(f"query {args.query!r} as {args.actor} on {on_date}, top {args.top_k}")
@@ -88,4 +88,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--date", type=iso_date, metavar="YYYY-MM-DD", help="evaluation date (default: the lesson's, or today with --chunks)")
     parser.add_argument("--top-k", type=int, default=2, metavar="N", help="results per lane and fused (default 2)")
+    add_engine_options(parser)
     parser.set_defaults(func=run)

@@ -88,8 +88,10 @@ def _cosine(matrix: np.ndarray, row_norms: np.ndarray, vector: np.ndarray) -> np
         raise InvalidArgument(f"dimension mismatch: documents have {matrix.shape[1]}, query has {vector.shape[0]}")
     denominator = row_norms * np.linalg.norm(vector)
     out = np.zeros(matrix.shape[0], dtype=np.float64)
-    # einsum, not ``matrix @ vector``: BLAS gemv blocks rows, so a row's last bit can depend on
-    # how many rows are stored; einsum's dot for a row does not (noninterference needs ==).
+    # einsum, not ``matrix @ vector``: BLAS matrix-vector kernels sum a row in an order that depends on
+    # the row's position in the matrix (blocks of rows), so a hidden row inserted above a permitted one
+    # could change its cosine in the last bit. einsum sums every row the same way wherever it sits, and
+    # is as fast here; so a chunk's score is a function of its own vector and the query only.
     np.divide(np.einsum("ij,j->i", matrix, vector), denominator, out=out, where=denominator > 0)
     return out
 

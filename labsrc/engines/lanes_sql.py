@@ -1,0 +1,211 @@
+"""Both lanes as SQL, run as the reader role inside a request's transaction (so behind RLS).
+
+**BM25.** Two statements. The first aggregates the statistics over the rows
+the session can see: N = ``count(*)`` of ``lab_chunks``, the total length
+(avgdl = total / N) and, per query term, df = ``count(*)`` of its postings.
+Row-level security filters both tables, so these are the caller's universe's
+statistics by construction; a hidden chunk cannot move an idf. Python then
+applies the lab's own :func:`~labsrc.lanes.sparse.idf_lucene` (PostgreSQL has
+``ln`` but no ``log1p``, and the two differ in the last bit), and the second
+statement scores every chunk that shares a term with the query, sums the
+per-term contributions *in query-term order* (``sum(... ORDER BY ord)``) and
+returns the top k by (score desc, chunk_id asc). Every operation in it is an
+IEEE-754 ``+ − × ÷`` on ``float8`` in the same order as
+:class:`~labsrc.lanes.sparse.BM25Index`, so the scores equal the in-memory
+lane's bit for bit, and so do its ties.
+
+**Dense.** pgvector stores ``vector(d)`` in float32 and computes cosine
+distance (``<=>``) in float32, so its scores differ from the float64 lane
+around the 7th digit. The engine uses pgvector to *choose* candidates and
+rescores them from the stored float64 vector with the lab's
+:func:`~labsrc.lanes.dense.cosine_similarity` (the usual "rescore with full
+precision" step). ``exact`` scans every visible row and keeps every chunk
+whose float32 distance is within a rounding bound of the k-th, so no true
+top-k chunk can be lost; ``hnsw`` asks the index for k rows, which is where
+the filtered-HNSW trap lives (RLS filters *after* the graph walk).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from labsrc.errors import InvalidArgument
+from labsrc.lanes.dense import cosine_similarity
+from labsrc.lanes.sparse import idf_lucene
+from labsrc.ranking import top_k_positions
+
+__all__ = [
+    "DENSE_MODES",
+    "ITERATIVE_SCANS",
+    "Bm25Statistics",
+    "bm25_statistics",
+    "dense_candidates",
+    "float32_cosine_margin",
+    "rescore_dense",
+    "sparse_lane",
+    "vector_literal",
+]
+
+#: The dense lane's index modes.
+DENSE_MODES = ("exact", "hnsw")
+#: pgvector 0.8's ``hnsw.iterative_scan`` values.
+ITERATIVE_SCANS = ("off", "strict_order", "relaxed_order")
+
+_STATS_SQL = """
+SELECT c.n_docs, c.total_len, d.terms, d.dfs
+FROM (SELECT count(*) AS n_docs, coalesce(sum(doc_len), 0)::int8 AS total_len FROM lab_chunks) AS c,
+     (SELECT array_agg(term) AS terms, array_agg(df) AS dfs
+        FROM (SELECT term, count(*) AS df FROM lab_postings WHERE term = ANY (%(terms)s::text[]) GROUP BY term) AS g
+     ) AS d
+"""
+
+# impact = idf · (tf·(k1+1)) / (tf + k1·((1−b) + b·|d|/avgdl)), in BM25Index's evaluation order.
+_SCORE_SQL = """
+WITH q AS (
+    SELECT term, idf, qc, ord
+    FROM unnest(%(terms)s::text[], %(idf)s::float8[], %(qc)s::float8[]) WITH ORDINALITY AS q(term, idf, qc, ord)
+)
+SELECT p.chunk_id,
+       sum(q.qc * (q.idf * (p.tf * %(k1p1)s::float8)
+                   / (p.tf + %(k1)s::float8 * (%(omb)s::float8 + %(b)s::float8 * p.doc_len / %(avgdl)s::float8)))
+           ORDER BY q.ord) AS score
+FROM lab_postings AS p JOIN q ON q.term = p.term
+GROUP BY p.chunk_id
+ORDER BY score DESC, p.chunk_id
+LIMIT %(top_k)s
+"""
+
+
+class Bm25Statistics:
+    """N, total length and df per query term, as the session sees them."""
+
+    __slots__ = ("df", "n_docs", "total_len")
+
+    def __init__(self, n_docs: int, total_len: int, df: dict[str, int]) -> None:
+        self.n_docs = n_docs
+        self.total_len = total_len
+        self.df = df
+
+    @property
+    def avgdl(self) -> float:
+        """Mean analysed length; the same double as ``numpy.mean`` of the lengths (an exact integer sum / N)."""
+        return self.total_len / self.n_docs if self.n_docs else 0.0
+
+
+def bm25_statistics(conn: Any, terms: Sequence[str]) -> Bm25Statistics:
+    """The BM25 statistics of the rows the session may see, for these query terms."""
+    n_docs, total_len, found, dfs = conn.execute(_STATS_SQL, {"terms": list(terms)}).fetchone()
+    return Bm25Statistics(int(n_docs), int(total_len), dict(zip(found or [], (int(d) for d in dfs or []))))
+
+
+def sparse_lane(
+    conn: Any,
+    query_terms: Sequence[str],
+    top_k: int,
+    *,
+    k1: float,
+    b: float,
+    statistics: Bm25Statistics | None = None,
+) -> tuple[list[tuple[str, float]], Bm25Statistics]:
+    """The BM25 lane: ``(chunk_id, score)`` by (score desc, chunk_id asc), and the statistics used.
+
+    ``statistics`` replaces the session's own (:func:`bm25_statistics`); the
+    retriever never passes it. It exists to *show* the side channel: statistics
+    read from anywhere but the RLS-filtered tables let hidden rows move scores.
+    """
+    counts = Counter(query_terms)  # first-occurrence order, as BM25Index.score_terms iterates
+    stats = bm25_statistics(conn, list(counts)) if statistics is None else statistics
+    terms = [t for t in counts if stats.df.get(t, 0) > 0]
+    if not terms or stats.n_docs == 0 or stats.total_len == 0:
+        return [], stats
+    idf = idf_lucene(np.asarray([stats.df[t] for t in terms], dtype=np.int64), stats.n_docs)
+    params = {
+        "terms": terms,
+        "idf": [float(x) for x in np.atleast_1d(idf)],
+        "qc": [float(counts[t]) for t in terms],
+        "k1p1": float(k1) + 1.0,
+        "k1": float(k1),
+        "omb": 1.0 - float(b),
+        "b": float(b),
+        "avgdl": stats.avgdl,
+        "top_k": int(top_k),
+    }
+    rows = conn.execute(_SCORE_SQL, params).fetchall()
+    return [(str(chunk_id), float(score)) for chunk_id, score in rows], stats
+
+
+def vector_literal(vector: np.ndarray) -> str:
+    """pgvector's text form, ``[x1,x2,...]``, with every float written exactly (``repr``)."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def float32_cosine_margin(dimension: int) -> float:
+    """A bound on |cos₃₂ − cos₆₄| for d-dimensional vectors, doubled (the k-th and a candidate both err).
+
+    Rounding the inputs to float32 and summing d products in float32 moves a
+    cosine by at most about (d + 4)·u, u = 2⁻²⁴ (Higham, *Accuracy and Stability
+    of Numerical Algorithms*, 2002, §3.1: recursive summation errs by γ_d ≈ d·u
+    relative to Σ|xᵢyᵢ| ≤ ‖x‖‖y‖).
+    """
+    return 2.0 * (dimension + 4) * 2.0**-24 + 1e-12
+
+
+_EXACT_SQL = """
+WITH d AS MATERIALIZED (
+    SELECT chunk_id, embedding <=> %(q)s::vector AS dist
+    FROM lab_chunks
+    WHERE embedding <=> %(q)s::vector < 1.0 + %(margin)s::float8
+), cut AS (
+    SELECT dist FROM d ORDER BY dist LIMIT 1 OFFSET %(offset)s
+)
+SELECT c.chunk_id, c.embedding64
+FROM d JOIN lab_chunks AS c USING (chunk_id)
+WHERE d.dist <= coalesce((SELECT dist FROM cut), 'Infinity'::float8) + %(margin)s::float8
+"""
+
+_HNSW_SQL = """
+SELECT chunk_id, embedding64 FROM lab_chunks ORDER BY embedding <=> %(q)s::vector LIMIT %(top_k)s
+"""
+
+
+def dense_candidates(
+    conn: Any,
+    query_vector: np.ndarray,
+    top_k: int,
+    *,
+    mode: str = "exact",
+    ef_search: int | None = None,
+    iterative_scan: str | None = None,
+) -> list[tuple[str, list[float]]]:
+    """Candidate ``(chunk_id, float64 vector)`` rows for the dense lane, chosen by pgvector."""
+    if mode not in DENSE_MODES:
+        raise InvalidArgument(f"dense_index must be one of {list(DENSE_MODES)}, not {mode!r}")
+    literal = vector_literal(query_vector)
+    if mode == "exact":
+        margin = float32_cosine_margin(len(query_vector))
+        rows = conn.execute(_EXACT_SQL, {"q": literal, "margin": margin, "offset": int(top_k) - 1}).fetchall()
+    else:
+        # Make the planner walk the graph even on a small table, then the RLS filter runs on what it found.
+        conn.execute("SELECT set_config('enable_seqscan', 'off', true)")
+        if ef_search is not None:
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(int(ef_search)),))
+        if iterative_scan is not None:
+            conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true)", (iterative_scan,))
+        rows = conn.execute(_HNSW_SQL, {"q": literal, "top_k": int(top_k)}).fetchall()
+    return [(str(chunk_id), vector) for chunk_id, vector in rows if vector is not None]
+
+
+def rescore_dense(
+    candidates: Sequence[tuple[str, Sequence[float]]], query_vector: np.ndarray, top_k: int
+) -> list[tuple[str, float]]:
+    """Exact float64 cosine of the candidates: ``(chunk_id, score)`` with score > 0, by (score desc, chunk_id asc)."""
+    if not candidates:
+        return []
+    ordered = sorted(candidates, key=lambda row: row[0])
+    matrix = np.asarray([vector for _, vector in ordered], dtype=np.float64)
+    scores = cosine_similarity(matrix, query_vector)
+    return [(ordered[p][0], float(scores[p])) for p in top_k_positions(scores, top_k).tolist()]

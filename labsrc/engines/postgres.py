@@ -1,0 +1,249 @@
+"""``PostgresRetriever``: the lab's retriever, with the boundary and both lanes inside PostgreSQL.
+
+Same signature, same result type as :class:`~labsrc.retriever.PolicyRetriever`,
+so the gates, cases, reports and attacks take it unchanged::
+
+    with PostgresRetriever(data.chunks, data.vectors) as engine:   # embedded server
+        result = engine.search("damaged laptop refund", luna, day, top_k=3)
+
+One request is one read-only, repeatable-read transaction as the reader role:
+
+1. ``authorize``: ``SET LOCAL`` the caller's region, tags and the date; from
+   here on row-level security filters every row both lanes touch;
+2. ``bm25``: statistics and scores in SQL over the visible rows
+   (:func:`~labsrc.engines.lanes_sql.sparse_lane`);
+3. ``dense``: pgvector picks candidates, float64 rescoring orders them
+   (:func:`~labsrc.engines.lanes_sql.dense_candidates`);
+4. ``fusion``: the lab's :func:`~labsrc.fusion.rrf.reciprocal_rank_fusion`, in Python.
+
+Scores, ids and ties equal the in-memory retriever's with ``dense_index="exact"``
+(the tests check ``==``). The trace also records the engine, the PostgreSQL and
+pgvector versions and the dense index settings.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from labsrc.engines.lanes_sql import (
+    DENSE_MODES,
+    ITERATIVE_SCANS,
+    dense_candidates,
+    rescore_dense,
+    sparse_lane,
+)
+from labsrc.engines.schema import apply_request
+from labsrc.engines.store import PostgresStore
+from labsrc.errors import InvalidArgument
+from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k, reciprocal_rank_fusion
+from labsrc.lanes.analysis import Analyzer, lesson_analyzer
+from labsrc.lanes.dense import DenseSource, Encoder, as_dense_source
+from labsrc.lanes.sparse import DEFAULT_B, DEFAULT_K1
+from labsrc.ranking import check_top_k
+from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
+from labsrc.retriever.policy import RetrievalResult
+from labsrc.trace import RetrievalTrace, StageTimer
+
+__all__ = ["ENGINE_VERSION", "PostgresRetriever"]
+
+ENGINE_VERSION = "postgres-retriever-v1"
+
+
+def _check_dense(dense_index: str, ef_search: int | None, iterative_scan: str | None) -> None:
+    if dense_index not in DENSE_MODES:
+        raise InvalidArgument(f"dense_index must be one of {list(DENSE_MODES)}, not {dense_index!r}")
+    if ef_search is not None and (isinstance(ef_search, bool) or not isinstance(ef_search, int) or not 1 <= ef_search <= 1000):
+        raise InvalidArgument(f"ef_search must be an int in [1, 1000] (pgvector's range), not {ef_search!r}")
+    if iterative_scan is not None and iterative_scan not in ITERATIVE_SCANS:
+        raise InvalidArgument(f"iterative_scan must be one of {list(ITERATIVE_SCANS)}, not {iterative_scan!r}")
+    if dense_index == "exact" and (ef_search is not None or iterative_scan is not None):
+        raise InvalidArgument("ef_search and iterative_scan apply to dense_index='hnsw' only")
+
+
+class PostgresRetriever:
+    """A permission-safe hybrid retriever whose boundary is PostgreSQL row-level security.
+
+    Parameters
+    ----------
+    chunks:
+        Every stored chunk, permitted or not; loaded once with ``COPY``.
+    vectors:
+        The dense lane's source (document vectors are loaded; query vectors
+        come from it per request, exactly as in memory), or a bare encoder.
+    dsn:
+        An existing server (managed Postgres, a replica's primary, Citus), or
+        ``None`` for a throwaway embedded server that :meth:`close` stops.
+    analyzer, k1, b:
+        The sparse lane's analyzer and BM25 parameters.
+    rrf_k:
+        RRF's smoothing constant (not the number of results; that is ``top_k``).
+    dense_index:
+        ``"exact"`` (scan every visible row: equals the in-memory lane) or
+        ``"hnsw"`` (pgvector's graph index, built at load: approximate, and
+        filtered by RLS *after* the walk).
+    ef_search, iterative_scan:
+        pgvector's ``hnsw.ef_search`` (candidates per walk, default 40) and
+        ``hnsw.iterative_scan`` (``off``, ``strict_order``, ``relaxed_order``:
+        keep walking until k rows survive the filter). ``None`` keeps the server's.
+    progress:
+        ``progress(phase, done, total)`` while loading (the CLI draws a tqdm bar).
+    """
+
+    def __init__(
+        self,
+        chunks: Sequence[PolicyChunk],
+        vectors: DenseSource | Encoder,
+        *,
+        dsn: str | None = None,
+        analyzer: Analyzer | Callable[[str], list[str]] = lesson_analyzer,
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
+        rrf_k: float = DEFAULT_RRF_K,
+        dense_index: str = "exact",
+        ef_search: int | None = None,
+        iterative_scan: str | None = None,
+        progress: Callable[[str, int, int], None] | None = None,
+        _store: PostgresStore | None = None,
+    ) -> None:
+        _check_dense(dense_index, ef_search, iterative_scan)
+        self.rrf_k = check_rrf_k(rrf_k)
+        self.chunks = tuple(chunk_lookup(chunks).values())
+        self.vectors = as_dense_source(vectors)
+        self.analyzer = analyzer
+        self.k1 = float(k1)
+        self.b = float(b)
+        if not (np.isfinite(self.k1) and self.k1 >= 0):
+            raise InvalidArgument(f"k1 must be a finite number >= 0, not {k1!r}")
+        if not 0 <= self.b <= 1:
+            raise InvalidArgument(f"b must be a number in [0, 1], not {b!r}")
+        self.dense_index = dense_index
+        self.ef_search = ef_search
+        self.iterative_scan = iterative_scan
+        self._by_id = {c.chunk_id: c for c in self.chunks}
+        self._owns_store = _store is None
+        ordered = sorted(self.chunks, key=lambda c: c.chunk_id)
+        self.store = _store if _store is not None else PostgresStore(ordered, self.vectors, analyzer, dsn=dsn, progress=progress)
+        if dense_index == "hnsw":
+            self.store.ensure_hnsw()
+
+    # --- views and lifecycle ---------------------------------------------------------
+
+    def with_dense(
+        self, dense_index: str = "exact", *, ef_search: int | None = None, iterative_scan: str | None = None
+    ) -> PostgresRetriever:
+        """The same loaded corpus with other dense settings (no reload; closing the view closes nothing)."""
+        return PostgresRetriever(
+            self.chunks, self.vectors, analyzer=self.analyzer, k1=self.k1, b=self.b, rrf_k=self.rrf_k,
+            dense_index=dense_index, ef_search=ef_search, iterative_scan=iterative_scan, _store=self.store,
+        )  # fmt: skip
+
+    @property
+    def dsn(self) -> str:
+        """The server's DSN, as the loading (owner) user; the reader role's credentials stay private."""
+        return self.store.dsn
+
+    def close(self) -> None:
+        """Drop the loaded corpus and role, and stop the embedded server (if this retriever started it)."""
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> PostgresRetriever:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the boundary, for audits --------------------------------------------------------
+
+    def connect_as(self, caller: Caller, on_date: dt.date) -> Any:
+        """A psycopg connection as the reader role, authorized for ``caller`` on ``on_date`` like a request.
+
+        ``SELECT chunk_id FROM lab_chunks`` through it returns exactly the
+        caller's permitted ids. The authorization lasts until the transaction
+        ends; use it as ``with engine.connect_as(caller, day) as conn: ...``.
+        """
+        return self.store.connect_as(caller, on_date)
+
+    def universe(self, caller: Caller, on_date: dt.date) -> tuple[PolicyChunk, ...]:
+        """The caller's permitted chunks on ``on_date``, in chunk_id order, as the database sees them."""
+        with self.connect_as(caller, on_date) as conn:
+            ids = [row[0] for row in conn.execute("SELECT chunk_id FROM lab_chunks ORDER BY chunk_id")]
+        return tuple(self._by_id[i] for i in ids)
+
+    # --- the request ---------------------------------------------------------------------
+
+    def versions(self, on_date: dt.date) -> dict[str, str]:
+        rrf_k = int(self.rrf_k) if float(self.rrf_k).is_integer() else self.rrf_k
+        dense_index = "exact"
+        if self.dense_index == "hnsw":
+            params = self.store.ensure_hnsw()
+            dense_index = (
+                f"hnsw(m={params['m']},ef_construction={params['ef_construction']},"
+                f"ef_search={self.ef_search or 'default'},iterative_scan={self.iterative_scan or 'default'})"
+            )
+        return {
+            "retriever": ENGINE_VERSION,
+            "engine": "postgres",
+            "postgresql": self.store.versions["postgresql"],
+            "pgvector": self.store.versions["pgvector"],
+            "index": f"policy-index/{on_date.isoformat()}",
+            "sparse": getattr(self.analyzer, "name", getattr(self.analyzer, "__name__", "custom-analyzer")),
+            "dense": self.vectors.version,
+            "dense_index": dense_index,
+            "fusion": f"rrf-k{rrf_k}",
+        }
+
+    def search(
+        self,
+        query: str,
+        caller: Caller,
+        on_date: dt.date,
+        top_k: int = 2,
+        *,
+        query_kind: str = "adhoc",
+    ) -> RetrievalResult:
+        """Run one request: authorize → bm25 → dense → fusion, each timed, in one transaction."""
+        top_k = check_top_k(top_k)
+        if not isinstance(query, str):
+            raise InvalidArgument(f"query must be a str, not {type(query).__name__}")
+        timer = StageTimer()
+        sparse: list[tuple[PolicyChunk, float]] = []
+        dense: list[tuple[PolicyChunk, float]] = []
+        conn = self.store.reader
+        with conn.transaction():
+            with timer.stage("authorize"):
+                apply_request(conn, caller, on_date)
+            with timer.stage("bm25"):
+                if query.strip():
+                    ranked, _ = sparse_lane(conn, self.analyzer(query), top_k, k1=self.k1, b=self.b)
+                    sparse = [(self._by_id[i], s) for i, s in ranked]
+            with timer.stage("dense"):
+                query_vector = np.asarray(self.vectors.query_vector(query), dtype=np.float64) if query.strip() else None
+                # A zero query vector scores 0 against everything: no SQL needed, nothing returned (as in memory).
+                if query_vector is not None and np.any(query_vector):
+                    candidates = dense_candidates(
+                        conn, query_vector, top_k, mode=self.dense_index,
+                        ef_search=self.ef_search, iterative_scan=self.iterative_scan,
+                    )  # fmt: skip
+                    dense = [(self._by_id[i], s) for i, s in rescore_dense(candidates, query_vector, top_k)]
+        with timer.stage("fusion"):
+            fused = reciprocal_rank_fusion([sparse, dense], self.rrf_k, top_k=top_k)
+        trace = RetrievalTrace(
+            versions=self.versions(on_date),
+            query_kind=query_kind,
+            sparse_ids=tuple(c.chunk_id for c, _ in sparse),
+            dense_ids=tuple(c.chunk_id for c, _ in dense),
+            fused_ids=tuple(c.chunk_id for c, _ in fused),
+            timings_ms=timer.timings_ms,
+        )
+        return RetrievalResult(tuple(sparse), tuple(dense), tuple(fused), trace)
+
+    def __repr__(self) -> str:
+        return (
+            f"PostgresRetriever(chunks={len(self.chunks)}, dense_index={self.dense_index!r}, "
+            f"schema={self.store.schema!r}, dsn={self.store.dsn!r})"
+        )

@@ -1,0 +1,65 @@
+"""The engine's Python-side helpers (no server needed): rounding margin, literals, rescoring, analysis."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pytest
+
+import labsrc
+from labsrc.engines import analysed_postings, document_vectors, float32_cosine_margin, rescore_dense, vector_literal
+
+
+def test_margin_is_twice_d_plus_4_float32_units():
+    assert float32_cosine_margin(384) == 2.0 * (384 + 4) * 2.0**-24 + 1e-12
+    assert float32_cosine_margin(3) == pytest.approx(14 * 5.96e-8, rel=1e-3)
+
+
+@pytest.mark.parametrize("dimension", [3, 64, 384, 768])
+def test_float32_cosine_stays_within_half_the_margin(dimension):
+    rng = np.random.default_rng(dimension)
+    docs = rng.normal(size=(200, dimension))
+    query = rng.normal(size=dimension)
+    exact = labsrc.cosine_similarity(docs, query)
+    d32, q32 = docs.astype(np.float32), query.astype(np.float32)
+    single = (d32 @ q32) / (np.linalg.norm(d32, axis=1) * np.linalg.norm(q32))  # all float32, as pgvector
+    assert np.max(np.abs(single.astype(np.float64) - exact)) <= float32_cosine_margin(dimension) / 2
+
+
+def test_vector_literal_writes_every_float_exactly():
+    vector = np.array([0.1, -2.5e-7, 1 / 3])
+    literal = vector_literal(vector)
+    assert literal == "[0.1,-2.5e-07,0.3333333333333333]"
+    assert [float(x) for x in literal[1:-1].split(",")] == vector.tolist()
+
+
+def test_rescore_dense_keeps_positive_scores_by_score_then_id():
+    query = np.array([1.0, 0.0])
+    candidates = [("b", [1.0, 1.0]), ("a", [2.0, 2.0]), ("c", [1.0, 0.0]), ("d", [-1.0, 0.0]), ("e", [0.0, 1.0])]
+    # cos: c = 1; a = b = 1/√2 (a tie, broken by id); d = -1 and e = 0 are dropped (score must be > 0).
+    assert rescore_dense(candidates, query, 10) == [("c", 1.0), ("a", 2 / np.sqrt(8)), ("b", 1 / np.sqrt(2))]
+    assert [cid for cid, _ in rescore_dense(candidates, query, 2)] == ["c", "a"]
+    assert rescore_dense([], query, 3) == []
+
+
+def test_analysed_postings_count_terms_per_chunk_sorted_by_term():
+    day = dt.date(2026, 1, 1)
+    chunks = [
+        labsrc.PolicyChunk("c2", "d", "p", "v", "EU", "t", day, None, "Refund the refund"),
+        labsrc.PolicyChunk("c1", "d", "p", "v", "EU", "t", day, None, "laptop refund"),
+    ]
+    lengths, postings = analysed_postings(chunks, labsrc.lesson_analyzer)
+    assert lengths == [2, 2]  # "the" is a stopword
+    assert postings == [("laptop", "c1", 1), ("refund", "c1", 1), ("refund", "c2", 2)]
+
+
+def test_document_vectors_leave_a_gap_where_the_source_refuses_a_chunk(data):
+    from labsrc.lanes.vectordir import VectorDirectory
+
+    chunks = sorted(data.chunks, key=lambda c: c.chunk_id)
+    known = [c.chunk_id for c in chunks[:2]]
+    source = VectorDirectory(known, np.eye(2, 3), ["q"], np.ones((1, 3)), version="toy")
+    rows, dimension = document_vectors(chunks, source)
+    assert dimension == 3
+    assert [row is not None for row in rows] == [True, True] + [False] * (len(chunks) - 2)
