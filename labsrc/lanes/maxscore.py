@@ -27,6 +27,8 @@ from typing import Protocol
 
 import numpy as np
 
+from labsrc.ranking import block_max_threshold
+
 __all__ = ["ScoredTerm", "StoredTerm", "maxscore_candidates", "score_candidates"]
 
 # Relative margin for comparing sums taken in different orders (their rounding is ~1e-16).
@@ -80,6 +82,10 @@ class StoredTerm:
 
 
 def _kth_largest(values: np.ndarray, k: int) -> float:
+    """The k-th largest of ``values`` (k <= size): a block-max bound first, so only a few are partitioned."""
+    floor = block_max_threshold(values, k)
+    if floor > float("-inf"):
+        values = values[values >= floor]  # at least k of them, by the bound's construction
     return float(np.partition(values, values.size - k)[values.size - k])
 
 
@@ -99,19 +105,27 @@ def maxscore_candidates(terms: Sequence[ScoredTerm], top_k: int, n_docs: int) ->
         positions, contributions = terms[order[j]].postings()
         docs.append(positions)
         weights.append(contributions)
-        merged, merged_w = np.concatenate(docs), np.concatenate(weights)
-        if merged.size * 8 > n_docs:  # many postings: a dense accumulator beats sorting them
-            dense = np.bincount(merged, merged_w, minlength=n_docs)
-            seen = np.flatnonzero(dense)  # every contribution is > 0
-            partial = dense[seen]
+        remaining = rest[j + 1] * (1 + _SLACK)
+        if j == 0:  # one term: its postings are already unique and sorted
+            seen, partial = positions, contributions
         else:
+            merged, merged_w = np.concatenate(docs), np.concatenate(weights)
+            if merged.size * 8 > n_docs:  # many postings: a dense accumulator beats sorting them
+                dense = np.bincount(merged, merged_w, minlength=n_docs)
+                theta = _kth_largest(dense, top_k)  # zeros are documents not seen yet
+                if theta > remaining:
+                    survivors = np.flatnonzero(dense + remaining >= theta * (1 - _SLACK))
+                    return _refine(terms, order[j + 1 :], rest[j + 1 :], survivors, dense[survivors], top_k, theta)
+                continue
             seen, slot = np.unique(merged, return_inverse=True)
             partial = np.bincount(slot, merged_w, minlength=seen.size)
         if seen.size < top_k:
             continue
         theta = _kth_largest(partial, top_k)
-        if theta > rest[j + 1] * (1 + _SLACK):
-            return _refine(terms, order[j + 1 :], rest[j + 1 :], seen, partial, top_k, theta)
+        if theta > remaining:
+            # Unseen documents score at most `remaining` < θ. Seen ones need partial + remaining >= θ.
+            keep = partial + remaining >= theta * (1 - _SLACK)
+            return _refine(terms, order[j + 1 :], rest[j + 1 :], seen[keep], partial[keep], top_k, theta)
     return None
 
 
@@ -119,11 +133,10 @@ def _refine(terms, remaining_order, rest, candidates, partial, top_k, theta) -> 
     """Step 2: add the non-essential terms for the candidates only, dropping those that fall behind."""
     for step, i in enumerate(remaining_order):
         keep = partial + rest[step] * (1 + _SLACK) >= theta * (1 - _SLACK)
-        candidates, partial = candidates[keep], partial[keep]
+        candidates, partial = candidates[keep], partial[keep]  # copies: partial may be a view of postings
         if candidates.size <= top_k:
             break
         found, contribution = terms[i].lookup(candidates)
-        partial = partial.copy()
         partial[found] += contribution
         theta = max(theta, _kth_largest(partial, top_k))
     else:
