@@ -165,32 +165,28 @@ class PermittedBM25:
         empty = (np.zeros(0, dtype=np.intp), np.zeros(0))
         if stats.n_docs == 0:
             return empty
-        index, k1, b = self.index, self.index.k1, self.index.b
-        docs_per_term: list[np.ndarray] = []
-        tfs: list[np.ndarray] = []
-        counts: list[int] = []
-        for term, query_count in Counter(terms).items():  # first-occurrence order: the summation order
-            t = index.vocabulary.get(term)
-            if t is None:
-                continue
-            lo, hi = index.ptr[t], index.ptr[t + 1]
-            postings = index.doc_pos[lo:hi]
-            keep = mask[postings]
-            docs = postings[keep]
-            if docs.size:
-                docs_per_term.append(docs)
-                tfs.append(self._tf[lo:hi][keep])
-                counts.append(query_count)
-        if not docs_per_term:
+        index, k1, b, ptr = self.index, self.index.k1, self.index.b, self.index._ptr
+        known = [(t, c) for term, c in Counter(terms).items() if (t := index.vocabulary.get(term)) is not None]
+        if not known:  # first-occurrence order above: the summation order below
             return empty
-        df = np.array([d.size for d in docs_per_term], dtype=np.int64)
-        idf = idf_lucene(df, stats.n_docs)
-        parts = []
-        for i, docs in enumerate(docs_per_term):
-            norm = length_norm(self._doc_len[docs], stats.avgdl, b)
-            part = bm25_term_score(idf[i], tfs[i], norm, k1)
-            parts.append(part if counts[i] == 1 else counts[i] * part)
-        all_docs, weights = np.concatenate(docs_per_term), np.concatenate(parts)
+        # All of the query's postings at once (a few NumPy calls per query, not per term).
+        lengths = [ptr[t + 1] - ptr[t] for t, _ in known]
+        postings = np.concatenate([index._postings[ptr[t] : ptr[t + 1]] for t, _ in known])
+        tf = np.concatenate([self._tf[ptr[t] : ptr[t + 1]] for t, _ in known])
+        term_of = np.repeat(np.arange(len(known)), lengths)
+        keep = mask[postings]
+        all_docs, tf, term_of = postings[keep], tf[keep], term_of[keep]
+        df = np.bincount(term_of, minlength=len(known))  # df_U of each query term
+        live = df > 0
+        if not live.any():
+            return empty
+        idf = np.zeros(len(known))
+        idf[live] = idf_lucene(df[live], stats.n_docs)
+        norm = length_norm(self._doc_len[all_docs], stats.avgdl, b)
+        weights = bm25_term_score(idf[term_of], tf, norm, k1)  # elementwise: the same values term by term
+        counts = [c for _, c in known]
+        if any(c != 1 for c in counts):
+            weights = np.asarray(counts, dtype=np.float64)[term_of] * weights
         # bincount adds in input order, i.e. term by term in query order, from 0: one fixed order.
         if all_docs.size * 8 > index.n_docs:  # many postings: a dense accumulator beats sorting them
             dense = np.bincount(all_docs, weights=weights, minlength=index.n_docs)
