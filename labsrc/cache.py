@@ -1,8 +1,9 @@
-"""A tiny least-recently-used cache for per-universe indexes.
+"""A tiny least-recently-used cache: retrievers per corpus, statistics per permission mask.
 
-Lanes key their indexes by the tuple of chunks in the searchable universe. The
-key is the chunks' *values*, so a changed chunk (new text, new dates) is a new
-key: a stale index can never be served, and nothing needs invalidating by hand.
+Keys are values (a tuple of frozen chunks, a mask's bits), so a changed chunk
+or a different permitted set is a new key: a stale entry can never be served,
+and nothing needs invalidating by hand. An identity key is only used for a
+tuple, which cannot change (see :func:`labsrc.retriever.policy.corpus_key`).
 """
 
 from __future__ import annotations

@@ -5,9 +5,12 @@ documents containing it and the term frequency in each (the *postings*), so a
 query touches only the documents that share a term with it, never the whole
 corpus.
 
-N, n_t and avgdl are computed over the documents the index was built from. The
-lanes build one index per *permitted universe*, so a chunk the caller cannot see
-never shifts an idf or the average length (spec, "Statistics leak").
+N, n_t and avgdl are those of the documents the index was built from. The
+retrievers keep one index over every stored chunk and score it with the
+permitted universe's statistics per request (:mod:`labsrc.lanes.permitted`),
+so a chunk the caller cannot see never shifts an idf or the average length
+(spec, "Statistics leak"). The lesson-level :func:`bm25_rank` indexes exactly
+the chunks it is given, which is the same thing for a small universe.
 """
 
 from __future__ import annotations
