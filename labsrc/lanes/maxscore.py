@@ -89,6 +89,39 @@ def _kth_largest(values: np.ndarray, k: int) -> float:
     return float(np.partition(values, values.size - k)[values.size - k])
 
 
+def _merge(docs: list[np.ndarray], weights: list[np.ndarray], n_docs: int) -> tuple[np.ndarray | None, np.ndarray]:
+    """``(positions, partial sums)`` of several terms' postings, positions ascending and unique.
+
+    With many postings the sums come back dense, one per document (0 where none
+    was seen), and positions as ``None``: that is cheaper than sorting them.
+    """
+    if len(docs) == 1:  # one term: its postings are already unique and sorted
+        return docs[0], weights[0]
+    merged, merged_w = np.concatenate(docs), np.concatenate(weights)
+    if merged.size * 32 > n_docs:
+        return None, np.bincount(merged, merged_w, minlength=n_docs)
+    seen, slot = np.unique(merged, return_inverse=True)
+    return seen, np.bincount(slot, merged_w, minlength=seen.size)
+
+
+def _essential_count(terms: Sequence[ScoredTerm], order: list[int], rest: list[float], top_k: int) -> int | None:
+    """How many terms (in bound order) must be scanned, by a bound that needs no merging.
+
+    Any one term's k-th largest contribution is a lower bound on the k-th best
+    score (k documents have at least that much from it alone). Once that bound
+    beats what the remaining terms could add, the terms so far are the essential
+    ones. ``None`` when no such point exists.
+    """
+    floor = 0.0
+    for j in range(len(order) - 1):
+        _, contributions = terms[order[j]].postings()
+        if contributions.size >= top_k:
+            floor = max(floor, _kth_largest(contributions, top_k))
+        if floor > rest[j + 1] * (1 + _SLACK):
+            return j + 1
+    return None
+
+
 def maxscore_candidates(terms: Sequence[ScoredTerm], top_k: int, n_docs: int) -> np.ndarray | None:
     """Ascending positions that hold the true top ``top_k``, or ``None`` when pruning saves nothing.
 
@@ -99,33 +132,20 @@ def maxscore_candidates(terms: Sequence[ScoredTerm], top_k: int, n_docs: int) ->
     rest = [0.0] * (len(order) + 1)
     for j in range(len(order) - 1, -1, -1):
         rest[j] = rest[j + 1] + bound[order[j]]
-    docs: list[np.ndarray] = []
-    weights: list[np.ndarray] = []
-    for j in range(len(order) - 1):  # with every term essential, pruning saves nothing
-        positions, contributions = terms[order[j]].postings()
-        docs.append(positions)
-        weights.append(contributions)
-        remaining = rest[j + 1] * (1 + _SLACK)
-        if j == 0:  # one term: its postings are already unique and sorted
-            seen, partial = positions, contributions
-        else:
-            merged, merged_w = np.concatenate(docs), np.concatenate(weights)
-            if merged.size * 8 > n_docs:  # many postings: a dense accumulator beats sorting them
-                dense = np.bincount(merged, merged_w, minlength=n_docs)
-                theta = _kth_largest(dense, top_k)  # zeros are documents not seen yet
-                if theta > remaining:
-                    survivors = np.flatnonzero(dense + remaining >= theta * (1 - _SLACK))
-                    return _refine(terms, order[j + 1 :], rest[j + 1 :], survivors, dense[survivors], top_k, theta)
-                continue
-            seen, slot = np.unique(merged, return_inverse=True)
-            partial = np.bincount(slot, merged_w, minlength=seen.size)
-        if seen.size < top_k:
+    essential = _essential_count(terms, order, rest, top_k)
+    steps = [essential] if essential is not None else range(2, len(order))
+    for count in steps:  # the cheap bound first; else grow the essential set with exact partial sums
+        parts = [terms[i].postings() for i in order[:count]]
+        seen, partial = _merge([d for d, _ in parts], [w for _, w in parts], n_docs)
+        if partial.size < top_k:
             continue
-        theta = _kth_largest(partial, top_k)
+        theta = _kth_largest(partial, top_k)  # dense zeros (unseen documents) never exceed it
+        remaining = rest[count] * (1 + _SLACK)
         if theta > remaining:
             # Unseen documents score at most `remaining` < θ. Seen ones need partial + remaining >= θ.
-            keep = partial + remaining >= theta * (1 - _SLACK)
-            return _refine(terms, order[j + 1 :], rest[j + 1 :], seen[keep], partial[keep], top_k, theta)
+            keep = np.flatnonzero(partial + remaining >= theta * (1 - _SLACK))
+            survivors = keep if seen is None else seen[keep]
+            return _refine(terms, order[count:], rest[count:], survivors, partial[keep], top_k, theta)
     return None
 
 
