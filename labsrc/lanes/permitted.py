@@ -93,10 +93,14 @@ class _PermittedTerm:
         part = bm25_term_score(self.idf, tf, length_norm(self.doc_len[docs], self.avgdl, self.b), self.k1)
         return part if self.count == 1 else self.count * part
 
-    def postings(self) -> tuple[np.ndarray, np.ndarray]:
+    @cached_property
+    def _permitted(self) -> tuple[np.ndarray, np.ndarray]:
         keep = self.mask[self.positions]
         docs = self.positions[keep]
         return docs, self._contributions(docs, self.tf[keep])
+
+    def postings(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._permitted  # computed once: MaxScore reads a term's postings more than once
 
     def lookup(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         at, found = find(self.positions, candidates)  # candidates are permitted already
