@@ -146,7 +146,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--data",
         metavar="DIR",
-        help="the collection folder, or a folder holding it (default: $LABSRC_BEIR_DIR)",
+        help=(
+            "the collection folder, or a folder holding it (default: $LABSRC_BEIR_DIR, else the per-user "
+            "cache where 'labsrc data fetch' puts it, e.g. ~/.cache/labsrc/beir)"
+        ),
     )
     parser.add_argument("--dataset", default="scifact", help="collection name inside --data (default scifact)")
     parser.add_argument("--model", default=None, help="the vectors/<model> folder (default: the only one)")
