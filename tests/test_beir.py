@@ -359,3 +359,14 @@ def test_write_trec_run_lines(tmp_path):
     ]
     with pytest.raises(InvalidArgument, match="one word"):
         write_trec_run({}, tmp_path / "r.trec", "two words")
+
+
+def test_the_notebooks_and_the_skip_reason_name_the_same_two_commands(tmp_path, monkeypatch):
+    commands = ("labsrc data fetch scifact", "labsrc embed --beir scifact")
+    notebooks = Path(__file__).resolve().parents[1] / "notebooks"
+    for name in ("08-tuning-fusion", "09-real-benchmark", "11-filter-placement"):
+        intro = "".join(json.loads((notebooks / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"][0]["source"])
+        assert all(command in intro for command in commands), name
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert all(command in missing_data_reason("scifact") for command in commands)

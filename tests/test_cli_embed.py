@@ -75,7 +75,7 @@ def test_the_cli_draws_one_bar_per_phase(tiny: Path, fake_model, monkeypatch, ca
 def test_embed_beir_writes_the_vectors_labsrc_beir_reads(tiny: Path, fake_model, capsys):
     assert main(["embed", "--beir", str(tiny), "--no-progress"]) == 0
     out = tiny / "vectors" / BEIR_VECTORS_NAME
-    assert f"embedded 5 documents and 4 queries with hashing-16 (dim 16" in capsys.readouterr().out
+    assert "embedded 5 documents and 4 queries with hashing-16 (dim 16" in capsys.readouterr().out
     record = json.loads((out / "MODEL.json").read_text(encoding="utf-8"))
     assert record["collection"] == "beir/tiny" and record["rows"] == {"corpus": 5, "queries": 4}
     # The embedded document text is BEIR's title + " " + text, stripped: "Vitamin D Vitamin D deficiency ...".
