@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,15 @@ from labsrc.datasets import (
     ENV_VAR,
     UNIVERSE_CALLER,
     as_chunks,
+    beir_search_dirs,
+    find_dataset_dir,
     load_beir,
     load_corpus,
     load_qrels,
     load_queries,
+    missing_data_reason,
     resolve_dataset_dir,
+    user_beir_dir,
 )
 from labsrc.errors import InvalidArgument, InvalidRecord, LabError
 from labsrc.evaluation import BeirLanes, convex_run, rrf_run
@@ -167,12 +172,54 @@ def test_resolve_falls_back_to_the_environment(tiny: Path, monkeypatch):
     assert resolve_dataset_dir(None, "tiny") == tiny
 
 
-def test_resolve_without_data_says_how_to_get_it(tmp_path, monkeypatch):
+def test_resolve_without_data_says_where_it_looked_and_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
-    with pytest.raises(LabError, match=f"--data DIR or set {ENV_VAR}"):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    cache = tmp_path / "xdg" / "labsrc" / "beir"
+    with pytest.raises(LabError) as error:
         resolve_dataset_dir(None)
+    assert str(error.value) == (
+        f"no BEIR collection 'scifact' in the per-user cache {cache} (${ENV_VAR} is unset): fetch it with "
+        f"'labsrc data fetch scifact', or pass --data DIR (or set {ENV_VAR}) to the folder holding 'scifact/'"
+    )
     with pytest.raises(LabError, match="no BEIR collection"):
         resolve_dataset_dir(tmp_path)
+
+
+@pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="the XDG cache folder is the Linux/Unix rule")
+def test_the_user_cache_follows_xdg_cache_home_else_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert user_beir_dir() == tmp_path / "home" / ".cache" / "labsrc" / "beir"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert user_beir_dir() == tmp_path / "xdg" / "labsrc" / "beir"
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "mine"))
+    assert beir_search_dirs() == (tmp_path / "mine",)  # the variable wins outright
+    monkeypatch.delenv(ENV_VAR)
+    assert beir_search_dirs() == (tmp_path / "xdg" / "labsrc" / "beir",)
+
+
+@pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="the XDG cache folder is the Linux/Unix rule")
+def test_the_user_cache_is_where_platformdirs_puts_it(tmp_path, monkeypatch):
+    platformdirs = pytest.importorskip("platformdirs", reason="platformdirs (installed with pooch, the data extra)")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert user_beir_dir() == Path(platformdirs.user_cache_dir("labsrc")) / "beir"
+
+
+def test_a_collection_in_the_user_cache_is_found_without_data_or_variable(tmp_path, monkeypatch, capsys):
+    from labsrc.cli.main import main
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    tiny = write_tiny_beir(user_beir_dir())
+    assert resolve_dataset_dir(None, "tiny") == tiny
+    assert find_dataset_dir("tiny") == tiny
+    assert main(["beir", "--dataset", "tiny", "--lanes", "bm25"]) == 0
+    assert "BEIR tiny / test: 2 queries" in capsys.readouterr().out
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "elsewhere"))  # set: only it is searched
+    assert find_dataset_dir("tiny") is None
+    assert f"not found in ${ENV_VAR} ({tmp_path / 'elsewhere'})" in missing_data_reason("tiny")
 
 
 # --- universe semantics -----------------------------------------------------------------
@@ -291,8 +338,9 @@ def test_run_benchmark_rejects_unknown_lanes(lanes: BeirLanes):
 
 def test_to_json_has_lanes_config_and_versions(lanes: BeirLanes):
     out = run_benchmark(lanes, depth=5, alpha=0.3).to_json()
-    assert set(out) == {"bm25", "dense", "rrf", "convex", "config", "versions"}
+    assert set(out) == {"bm25", "dense", "rrf", "convex", "config", "versions", "significance"}
     assert 0.0 <= out["convex"]["ndcg@10"] <= 1.0
+    assert out["significance"]["queries"] == 2 and out["significance"]["note"].startswith("no significance test")
     assert out["config"]["alpha"] == 0.3 and out["config"]["alpha_source"] == "given"
     assert out["versions"]["dense"] == "tiny-topic-vectors"
     assert out["versions"]["dense_model"]["dim"] == 3
@@ -311,3 +359,14 @@ def test_write_trec_run_lines(tmp_path):
     ]
     with pytest.raises(InvalidArgument, match="one word"):
         write_trec_run({}, tmp_path / "r.trec", "two words")
+
+
+def test_the_notebooks_and_the_skip_reason_name_the_same_two_commands(tmp_path, monkeypatch):
+    commands = ("labsrc data fetch scifact", "labsrc embed --beir scifact")
+    notebooks = Path(__file__).resolve().parents[1] / "notebooks"
+    for name in ("08-tuning-fusion", "09-real-benchmark", "11-filter-placement"):
+        intro = "".join(json.loads((notebooks / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"][0]["source"])
+        assert all(command in intro for command in commands), name
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert all(command in missing_data_reason("scifact") for command in commands)

@@ -43,6 +43,8 @@ def test_report_passes_prints_the_gate_table_and_writes_every_file(tmp_path: Pat
     assert main(["report", "--out", str(tmp_path / "out"), *FAST]) == 0
     out = capsys.readouterr().out
     assert "lane     Recall@2\nbm25     0.67\ndense    0.67\nhybrid   1.00\n" in out
+    # 3 positive cases: the hybrid's lead is not tested for significance, and the table says why.
+    assert "hybrid   1.00\nno significance test: with 3 positive cases none is meaningful" in out
     for line in ("PASS  restricted exclusion", "PASS  superseded exclusion", "PASS  wrong_region exclusion",
                  "PASS  abstention", "PASS  hybrid > each lane", "PASS  latency p50/p95"):
         assert line in out

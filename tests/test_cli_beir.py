@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 from beir_fixture import write_tiny_beir
 
-from labsrc.cli.beir import format_table
+from labsrc.cli.beir import format_significance, format_table
 from labsrc.cli.main import main
 from labsrc.datasets import ENV_VAR
+from labsrc.evaluation.significance import lane_significance
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def test_beir_prints_a_table_and_writes_json_and_runs(tiny: Path, tmp_path: Path
     assert "lane         ndcg@10  recall@100      mrr@10" in printed.out
     assert "convex alpha = " in printed.out and "tuned on train" in printed.out
     report = json.loads(out.read_text())
-    assert list(report) == ["bm25", "dense", "rrf", "convex", "config", "versions", "alpha_sweep"]
+    assert list(report) == ["bm25", "dense", "rrf", "convex", "config", "versions", "alpha_sweep", "significance"]
     assert set(report["rrf"]) == {"ndcg@10", "recall@100", "mrr@10"}
     assert report["config"]["depth"] == 5 and report["config"]["rrf_k"] == 60
     assert report["versions"]["dense"] == "tiny-topic-vectors"
@@ -42,7 +43,7 @@ def test_given_alpha_and_a_lane_subset(tiny: Path, tmp_path: Path, capsys):
     out = tmp_path / "m.json"
     assert main(["beir", "--data", str(tiny), "--lanes", "bm25,convex", "--alpha", "0.2", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert [k for k in report if k not in ("config", "versions")] == ["bm25", "convex"]
+    assert [k for k in report if k not in ("config", "versions", "significance")] == ["bm25", "convex"]
     assert report["config"]["alpha"] == 0.2 and report["config"]["alpha_source"] == "given"
     assert "convex alpha = 0.20  (given)" in capsys.readouterr().out
 
@@ -104,3 +105,30 @@ def test_dense_lanes_need_vectors(tmp_path: Path, capsys):
 def test_format_table_has_a_row_per_lane():
     table = format_table({"bm25": {"ndcg@10": 0.5, "recall@100": 0.75, "mrr@10": 1 / 3}})
     assert table.splitlines()[1] == "bm25          0.5000      0.7500      0.3333"
+
+
+def test_a_few_queries_get_no_p_value_and_a_bad_permutation_count_exits_2(tiny: Path, tmp_path: Path, capsys):
+    out = tmp_path / "m.json"
+    assert main(["beir", "--data", str(tiny), "--json", str(out)]) == 0
+    assert "no significance test: with 2 judged queries none is meaningful" in capsys.readouterr().out
+    significance = json.loads(out.read_text())["significance"]
+    assert significance["queries"] == 2 and significance["comparisons"] == []
+    assert main(["beir", "--data", str(tiny), "--permutations", "0"]) == 2
+    assert "--permutations must be a positive integer, not 0" in capsys.readouterr().err
+
+
+def test_format_significance_has_a_row_per_pair():
+    per_query = {
+        "bm25": {f"q{i:02d}": 0.5 for i in range(20)},
+        "rrf": {f"q{i:02d}": 0.5 + (0.1 if i < 10 else 0.0) for i in range(20)},
+    }
+    text = format_significance(lane_significance(per_query, "ndcg@10", permutations=1000, seed=3))
+    lines = text.splitlines()
+    assert lines[0].endswith("on ndcg@10: 20 queries, 1000 permutations, seed 3")
+    # 10 differences of +0.1 and 10 of 0: |sum| 1.0 is reached by 2 of the 2^10 sign patterns of the ten,
+    # p = 2/1024 = 0.00195; this seed's 1000 draws hit 3 of them (0.0030), and p rounds to four places.
+    assert lines[2].split() == ["bm25", "rrf", "+0.0500", "0.0030"]
+    per_query["rrf"] = {q: 0.6 for q in per_query["rrf"]}  # 20 gains of 0.1: p = 2/2^20, no draw reaches it
+    assert format_significance(lane_significance(per_query, "ndcg@10", permutations=1000)).splitlines()[2].split() == [
+        "bm25", "rrf", "+0.1000", "<0.001"
+    ]

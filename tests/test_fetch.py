@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from labsrc.cli.main import main
-from labsrc.datasets import ENV_VAR
+from labsrc.datasets import ENV_VAR, user_beir_dir
 from labsrc.datasets.fetch import BEIR_REGISTRY, default_fetch_dir, fetch_beir
 from labsrc.errors import InvalidArgument, LabError
 
@@ -105,3 +105,19 @@ def test_default_dir_is_the_env_var_else_a_user_cache(monkeypatch, tmp_path: Pat
     assert default_fetch_dir() == tmp_path
     monkeypatch.delenv(ENV_VAR)
     assert default_fetch_dir().parts[-2:] == ("labsrc", "beir")
+
+
+def test_fetch_without_dir_lands_where_beir_looks(server, tmp_path: Path, monkeypatch, capsys) -> None:
+    # A fresh user: no $LABSRC_BEIR_DIR, a temporary HOME and XDG cache. `data fetch` puts the
+    # collection in the per-user cache, and `labsrc beir` finds it there with no --data.
+    root, base = server
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    cache = default_fetch_dir()
+    assert cache == user_beir_dir() and cache.parts[-2:] == ("labsrc", "beir")
+    assert main(["data", "fetch", "tiny", "--url", f"{base}/tiny.zip", "--md5", md5(root / "tiny.zip")]) == 0
+    out = capsys.readouterr().out
+    assert f"tiny is in {cache / 'tiny'}" in out and f"labsrc embed --beir {cache / 'tiny'}" in out
+    assert main(["beir", "--dataset", "tiny", "--lanes", "bm25", "--no-progress"]) == 0
+    assert "BEIR tiny / test: 1 queries" in capsys.readouterr().out

@@ -104,7 +104,7 @@ def test_report_json_schema(passing_dir: Path, passing) -> None:
     assert doc["schema"] == REPORT_SCHEMA and doc["schema_version"] == REPORT_SCHEMA_VERSION == 1
     assert list(doc) == [
         "schema", "schema_version", "generator", "passed", "on_date", "config", "versions",
-        "recall", "gates", "cases", "latency", "cases_sha256",
+        "recall", "significance", "gates", "cases", "latency", "cases_sha256",
     ]
     assert doc["passed"] is True and doc["on_date"] == "2026-05-27"
     assert doc["config"] == FAST.to_dict()
@@ -135,6 +135,15 @@ def test_report_json_is_stable_apart_from_timings(data) -> None:
         return json.dumps(report_dict(run), sort_keys=False)
 
     assert build() == build()
+
+
+def test_reports_say_three_cases_are_too_few_for_a_significance_test(passing_dir: Path) -> None:
+    doc = json.loads((passing_dir / "report.json").read_text(encoding="utf-8"))
+    assert doc["significance"]["metric"] == "recall@2" and doc["significance"]["queries"] == 3
+    assert doc["significance"]["comparisons"] == []  # no p-value is printed for 3 pairs
+    assert "2/2^3 = 0.25" in doc["significance"]["note"]
+    for name in ("report.md", "report.html"):
+        assert "no significance test: with 3 positive cases none is meaningful" in (passing_dir / name).read_text()
 
 
 def test_failing_report_says_so(failing_dir: Path) -> None:

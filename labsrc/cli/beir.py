@@ -4,8 +4,10 @@ Example::
 
     labsrc beir --data ~/data/beir/scifact --json out/scifact.json --run-dir out/runs
 
-prints one row per lane, writes the metrics (plus config and versions) as JSON
-and one TREC run file per lane (``<lane>.trec``), readable by trec_eval and ranx.
+prints one row per lane and a p-value for each pair of lanes (a paired two-sided
+randomization test on nDCG@10, :mod:`labsrc.evaluation.significance`), writes the
+metrics (plus config, versions and the tests) as JSON and one TREC run file per
+lane (``<lane>.trec``), readable by trec_eval and ranx.
 """
 
 from __future__ import annotations
@@ -26,8 +28,15 @@ from labsrc.evaluation.benchmark import (
     run_benchmark,
     write_trec_run,
 )
+from labsrc.evaluation.significance import (
+    DEFAULT_PERMUTATIONS,
+    DEFAULT_SEED,
+    SignificanceReport,
+    check_permutations,
+)
+from labsrc.evaluation.verdicts import plural
 
-__all__ = ["format_table", "register", "run"]
+__all__ = ["format_significance", "format_table", "register", "run"]
 
 
 def format_table(metrics: dict[str, dict[str, float]]) -> str:
@@ -36,6 +45,27 @@ def format_table(metrics: dict[str, dict[str, float]]) -> str:
     rows = [header]
     for lane, values in metrics.items():
         rows.append(f"{lane:<8}" + "".join(f"{values[name]:>12.4f}" for name in REPORT_METRICS))
+    return "\n".join(rows)
+
+
+def format_significance(report: SignificanceReport) -> str:
+    """One row per pair of lanes: the mean difference (lane − baseline) and its two-sided p-value."""
+    if report.note:
+        return report.note
+    exact = all(c.exact for c in report.comparisons)
+    how = "all sign assignments (exact)" if exact else f"{report.permutations} permutations, seed {report.seed}"
+    rows = [
+        f"{report.test} on {report.metric}: {report.queries} queries, {how}",
+        f"{'baseline':<10}{'lane':<8}{'difference':>12}{'p-value':>10}",
+    ]
+    for c in report.comparisons:
+        # No draw was as extreme: p is below one in `permutations`, not zero.
+        p = f"<{1 / c.permutations:.2g}" if c.p_value == 0 and not c.exact else f"{c.p_value:.4f}"
+        rows.append(f"{c.baseline:<10}{c.lane:<8}{c.difference:>+12.4f}{p:>10}")
+    rows.append(
+        "p: the share of sign swaps of the per-query differences giving a mean difference at least this large "
+        f"(two-sided); {plural(len(report.comparisons), 'test')}, no correction for multiple comparisons"
+    )
     return "\n".join(rows)
 
 
@@ -58,6 +88,7 @@ def _parse_lanes(text: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     lanes = _parse_lanes(args.lanes)
+    check_permutations(args.permutations, "--permutations")
     data_dir = resolve_dataset_dir(args.data, args.dataset)
     progress = make_progress(args.no_progress)
     print(f"loading {data_dir} and building the BM25 index ...", file=sys.stderr)
@@ -73,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         ignore_identical_ids=args.ignore_identical_ids,
         progress=progress,
+        permutations=args.permutations,
+        seed=args.seed,
     )
     config = result.config
     print(f"BEIR {config['collection']} / {config['split']}: {config['queries']} queries, depth {config['depth']}")
@@ -84,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {len(source.dataset.missing_docs)} judged documents are not in the corpus")
     print()
     print(format_table({lane: dict(values) for lane, values in result.metrics.items()}))
+    if result.significance is not None and len(result.runs) > 1:
+        print()
+        print(format_significance(result.significance))
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +146,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--data",
         metavar="DIR",
-        help="the collection folder, or a folder holding it (default: $LABSRC_BEIR_DIR)",
+        help=(
+            "the collection folder, or a folder holding it (default: $LABSRC_BEIR_DIR, else the per-user "
+            "cache where 'labsrc data fetch' puts it, e.g. ~/.cache/labsrc/beir)"
+        ),
     )
     parser.add_argument("--dataset", default="scifact", help="collection name inside --data (default scifact)")
     parser.add_argument("--model", default=None, help="the vectors/<model> folder (default: the only one)")
@@ -136,6 +175,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="drop hits whose doc id equals the query id, as BEIR does (needed for ArguAna)",
     )
+    parser.add_argument(
+        "--permutations",
+        type=int,
+        default=DEFAULT_PERMUTATIONS,
+        metavar="N",
+        help=f"random sign assignments per paired test of two lanes (default {DEFAULT_PERMUTATIONS})",
+    )
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"the paired tests' random seed (default {DEFAULT_SEED})")
     parser.add_argument("--no-progress", action="store_true", help="never draw progress bars (they draw only when stderr is a terminal)")
     parser.add_argument("--json", metavar="OUT", help="write metrics, config and versions as JSON")
     parser.add_argument("--run-dir", metavar="DIR", help="write one TREC run file per lane")

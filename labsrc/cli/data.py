@@ -2,8 +2,9 @@
 
 Example::
 
-    labsrc data fetch scifact --dir ~/data/beir
-    labsrc beir --data ~/data/beir/scifact --lanes bm25
+    labsrc data fetch scifact      # into $LABSRC_BEIR_DIR, else the per-user cache (~/.cache/labsrc/beir)
+    labsrc embed --beir scifact    # the MiniLM vectors the dense lanes need (the 'embed' extra)
+    labsrc beir                    # finds scifact in the same place
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ def run_fetch(args: argparse.Namespace) -> int:
     progress = not args.no_progress and sys.stderr.isatty()
     path = fetch_beir(args.name, dest_dir=dest, url=args.url, md5=args.md5, progress=progress)
     print(f"{args.name} is in {path}")
-    print(f"next: labsrc beir --data {path} --lanes bm25   (the dense lanes need a vectors/<model>/ folder)")
+    if any((path / "vectors").glob("*/MODEL.json")):
+        print(f"next: labsrc beir --data {path}")
+    else:
+        print(f"next: labsrc embed --beir {path}   (the dense lanes' vectors; the 'embed' extra), "
+              f"then labsrc beir --data {path}; or labsrc beir --data {path} --lanes bm25 now")
     return 0
 
 

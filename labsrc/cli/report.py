@@ -17,7 +17,11 @@ from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir, lesson
 from labsrc.evaluation.config import LANES, GateConfig, load_gate_config
 from labsrc.evaluation.gates import GateRun, release_gate
-from labsrc.evaluation.report import write_report
+from labsrc.evaluation.report import (
+    recall_significance,
+    significance_lines,
+    write_report,
+)
 
 __all__ = ["DEFAULT_OUT", "add_run_options", "apply_overrides", "print_gate_table", "register", "run"]
 
@@ -29,13 +33,15 @@ def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
     """Recall@k per lane, then every gate as PASS, FAIL or NOT TESTED with its failing cases or stages."""
     out = stream if stream is not None else sys.stdout
     k = run.config.top_k
-    write = lambda text="": print(text, file=out)  # noqa: E731
+    write = lambda text="": print(text, file=out)
     write(f"Release gate  (eval date {run.on_date}, top_k {k}, rrf_k {run.config.to_dict()['rrf_k']}, "
           f"dense {run.versions.get('dense')})")
     write()
     write(f"{'lane':<8} Recall@{k}")
     for lane in LANES:
         write(f"{lane:<8} {run.recall[lane]:.2f}")
+    for line in significance_lines(recall_significance(run)):
+        write(line)
     write()
     width = max(len(g.name) for g in run.gates)
     for gate in run.gates:

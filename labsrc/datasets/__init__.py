@@ -12,6 +12,7 @@ from labsrc.datasets.beir import (
     Run,
     UNIVERSE_CALLER,
     as_chunks,
+    beir_search_dirs,
     default_beir_root,
     find_dataset_dir,
     load_beir,
@@ -21,6 +22,7 @@ from labsrc.datasets.beir import (
     missing_data_reason,
     resolve_dataset_dir,
     universe_caller,
+    user_beir_dir,
 )
 from labsrc.datasets.fetch import (
     BEIR_BASE_URL,
@@ -48,6 +50,7 @@ __all__ = [
     "Run",
     "UNIVERSE_CALLER",
     "as_chunks",
+    "beir_search_dirs",
     "default_beir_root",
     "default_fetch_dir",
     "fetch_beir",
@@ -61,4 +64,5 @@ __all__ = [
     "missing_data_reason",
     "resolve_dataset_dir",
     "universe_caller",
+    "user_beir_dir",
 ]

@@ -16,16 +16,22 @@ lab's own terms (one region, one tag, always current), so the unchanged
 :class:`~labsrc.retriever.PolicyRetriever` and its boundary can run on a BEIR
 corpus; the boundary then lets everything through.
 
-**Where the data lives.** Commands take ``--data DIR``; otherwise the
-``LABSRC_BEIR_DIR`` environment variable is used. Either may name a collection
-directory (holding ``corpus.jsonl``) or a folder of collections (holding
-``scifact/``). Tests and notebooks fall back to ``../shared/data/beir`` next to
-the repository and skip, with a reason, when nothing is there.
+**Where the data lives.** Commands take ``--data DIR``; otherwise they look in
+:func:`beir_search_dirs`: the ``LABSRC_BEIR_DIR`` environment variable when it
+is set, else the per-user cache folder (:func:`user_beir_dir`, e.g.
+``~/.cache/labsrc/beir``) where ``labsrc data fetch`` puts collections by
+default. So ``labsrc data fetch scifact`` followed by ``labsrc beir`` works
+with no flag and no variable. Each place may name a collection directory
+(holding ``corpus.jsonl``) or a folder of collections (holding ``scifact/``).
+Tests and notebooks (:func:`find_dataset_dir`) also fall back to
+``../shared/data/beir`` next to the repository and skip, with a reason, when
+nothing is anywhere.
 """
 
 
 import datetime as dt
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -37,14 +43,15 @@ from labsrc.records.loading import Field, iter_jsonl, read_text
 from labsrc.records.policy import Caller, PolicyChunk
 
 __all__ = [
-    "BeirDataset",
-    "BeirDocument",
     "DEFAULT_DATASET",
     "ENV_VAR",
+    "UNIVERSE_CALLER",
+    "BeirDataset",
+    "BeirDocument",
     "Qrels",
     "Run",
-    "UNIVERSE_CALLER",
     "as_chunks",
+    "beir_search_dirs",
     "default_beir_root",
     "find_dataset_dir",
     "load_beir",
@@ -54,6 +61,7 @@ __all__ = [
     "missing_data_reason",
     "resolve_dataset_dir",
     "universe_caller",
+    "user_beir_dir",
 ]
 
 #: The environment variable naming the BEIR data directory.
@@ -67,8 +75,34 @@ Qrels = Mapping[str, Mapping[str, int]]
 # --- where the data is ---------------------------------------------------------------
 
 
+def user_beir_dir() -> Path:
+    """The per-user cache folder for BEIR collections: ``labsrc data fetch``'s default when ``$LABSRC_BEIR_DIR`` is unset.
+
+    The platform's user cache folder plus ``labsrc/beir``, chosen as
+    ``platformdirs.user_cache_dir("labsrc")`` (which ``pooch.os_cache`` uses) chooses it:
+    ``$XDG_CACHE_HOME`` (else ``~/.cache``) on Linux and other Unix systems, per the
+    XDG Base Directory specification; ``~/Library/Caches`` on macOS;
+    ``%LOCALAPPDATA%\\labsrc\\labsrc\\Cache`` on Windows. Computed here, so finding
+    data needs no extra package.
+    """
+    if sys.platform.startswith("win"):
+        local = os.environ.get("LOCALAPPDATA", "").strip()
+        base = Path(local) if local else Path.home() / "AppData" / "Local"
+        return base / "labsrc" / "labsrc" / "Cache" / "beir"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "labsrc" / "beir"
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "labsrc" / "beir"
+
+
+def beir_search_dirs() -> tuple[Path, ...]:
+    """Where a collection is looked for without ``--data``: ``$LABSRC_BEIR_DIR`` if set, else :func:`user_beir_dir`."""
+    override = os.environ.get(ENV_VAR)
+    return (Path(override),) if override else (user_beir_dir(),)
+
+
 def default_beir_root() -> Path:
-    """``$LABSRC_BEIR_DIR`` if set, else ``../shared/data/beir`` next to the repository."""
+    """``$LABSRC_BEIR_DIR`` if set, else ``../shared/data/beir`` next to the repository (the tests' fallback)."""
     override = os.environ.get(ENV_VAR)
     if override:
         return Path(override)
@@ -83,20 +117,27 @@ def _collection_in(path: Path, dataset: str) -> Path | None:
     return None
 
 
+def _searched() -> str:
+    if os.environ.get(ENV_VAR):
+        return f"${ENV_VAR} ({os.environ[ENV_VAR]})"
+    return f"the per-user cache {user_beir_dir()} (${ENV_VAR} is unset)"
+
+
 def resolve_dataset_dir(path: str | Path | None = None, dataset: str = DEFAULT_DATASET) -> Path:
-    """The collection directory from ``path`` (``--data``) or ``$LABSRC_BEIR_DIR``.
+    """The collection directory from ``path`` (``--data``), else from :func:`beir_search_dirs`.
 
     ``path`` may be the collection itself or a folder holding ``<dataset>/``.
-    Raises :class:`~labsrc.errors.LabError` saying how to get the data.
+    Raises :class:`~labsrc.errors.LabError` saying where it looked and how to get the data.
     """
     if path is None:
-        override = os.environ.get(ENV_VAR)
-        if not override:
-            raise LabError(
-                f"no BEIR data given: pass --data DIR or set {ENV_VAR} to the folder holding '{dataset}/' "
-                f"(get it with: labsrc data fetch {dataset} --dir DIR)"
-            )
-        path = override
+        for root in beir_search_dirs():
+            found = _collection_in(root, dataset)
+            if found is not None:
+                return found
+        raise LabError(
+            f"no BEIR collection '{dataset}' in {_searched()}: fetch it with 'labsrc data fetch {dataset}', "
+            f"or pass --data DIR (or set {ENV_VAR}) to the folder holding '{dataset}/'"
+        )
     found = _collection_in(Path(path), dataset)
     if found is None:
         raise LabError(
@@ -107,16 +148,23 @@ def resolve_dataset_dir(path: str | Path | None = None, dataset: str = DEFAULT_D
 
 
 def find_dataset_dir(dataset: str = DEFAULT_DATASET) -> Path | None:
-    """For tests and notebooks: the collection under :func:`default_beir_root`, or None if absent."""
-    return _collection_in(default_beir_root(), dataset)
+    """For tests and notebooks: the collection in :func:`beir_search_dirs`, else (with
+    ``$LABSRC_BEIR_DIR`` unset) under ``../shared/data/beir``; None if absent."""
+    roots = beir_search_dirs() if os.environ.get(ENV_VAR) else (*beir_search_dirs(), default_beir_root())
+    for root in roots:
+        found = _collection_in(root, dataset)
+        if found is not None:
+            return found
+    return None
 
 
 def missing_data_reason(dataset: str = DEFAULT_DATASET) -> str:
-    """The skip reason tests and notebooks give when the collection is absent."""
+    """The skip reason tests and notebooks give when the collection is absent: the two commands that fix it."""
+    where = _searched() if os.environ.get(ENV_VAR) else f"{_searched()} nor {default_beir_root()}"
     return (
-        f"BEIR {dataset} not found under {default_beir_root()}; run: labsrc data fetch {dataset} --dir DIR, "
-        f"then set {ENV_VAR}=DIR (the dense lanes also need its vectors/<model>/ folder: see the README, "
-        "'Real benchmark')"
+        f"BEIR {dataset} not found in {where}; run: labsrc data fetch {dataset} && "
+        f"labsrc embed --beir {dataset} (the second computes the vectors the dense lanes need; "
+        "it needs the 'embed' extra)"
     )
 
 

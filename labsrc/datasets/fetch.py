@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from labsrc.datasets.beir import ENV_VAR
+from labsrc.datasets.beir import beir_search_dirs
 from labsrc.errors import InvalidArgument, LabError, MissingDependency
 
 __all__ = ["BEIR_BASE_URL", "BEIR_REGISTRY", "default_fetch_dir", "fetch_beir"]
@@ -46,12 +46,9 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def default_fetch_dir() -> Path:
-    """``$LABSRC_BEIR_DIR`` if set, else the per-user cache folder (``~/.cache/labsrc/beir`` on Linux)."""
-    override = os.environ.get(ENV_VAR)
-    if override:
-        return Path(override)
-    pooch = _pooch()
-    return Path(pooch.os_cache("labsrc")) / "beir"
+    """``$LABSRC_BEIR_DIR`` if set, else the per-user cache folder (:func:`~labsrc.datasets.beir.user_beir_dir`,
+    ``~/.cache/labsrc/beir`` on Linux): the first place ``labsrc beir`` and ``labsrc embed --beir`` look."""
+    return beir_search_dirs()[0]
 
 
 def _pooch():

@@ -18,6 +18,13 @@ from labsrc.errors import InvalidArgument
 from labsrc.evaluation.beir_lanes import BeirLanes, convex_run, rrf_run
 from labsrc.evaluation.latency import Progress
 from labsrc.evaluation.metrics import evaluate_run
+from labsrc.evaluation.significance import (
+    DEFAULT_PERMUTATIONS,
+    DEFAULT_SEED,
+    SignificanceReport,
+    check_permutations,
+    lane_significance,
+)
 from labsrc.fusion.convex import check_alpha
 from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k
 from labsrc.lanes.vectordir import load_vector_dir
@@ -25,12 +32,14 @@ from labsrc.ranking import check_top_k
 
 __all__ = [
     "ALPHA_GRID",
-    "AlphaSweep",
     "BEIR_LANES",
-    "BenchmarkResult",
     "DEFAULT_ALPHA",
     "REPORT_METRICS",
+    "SIGNIFICANCE_METRIC",
+    "AlphaSweep",
+    "BenchmarkResult",
     "evaluate_lanes",
+    "lane_comparison",
     "load_lanes",
     "run_benchmark",
     "trec_scores",
@@ -42,6 +51,8 @@ __all__ = [
 BEIR_LANES = ("bm25", "dense", "rrf", "convex")
 #: The metrics every report shows (BEIR's headline nDCG@10 plus recall and MRR).
 REPORT_METRICS = ("ndcg@10", "recall@100", "mrr@10")
+#: The metric the lane comparison tests (BEIR's headline).
+SIGNIFICANCE_METRIC = "ndcg@10"
 #: Convex fusion's alpha grid: 0.0, 0.05, ..., 1.0 (rounded so 0.15 prints as 0.15).
 ALPHA_GRID = tuple(round(i * 0.05, 2) for i in range(21))
 #: The alpha used when there is no train split to tune on.
@@ -89,6 +100,23 @@ def evaluate_lanes(
 ) -> dict[str, dict[str, float]]:
     """lane → metric → mean over the judged queries (:func:`~labsrc.evaluation.metrics.evaluate_run`)."""
     return {lane: dict(evaluate_run(run, qrels, list(metrics))) for lane, run in runs.items()}
+
+
+def lane_comparison(
+    runs: Mapping[str, Run],
+    qrels: Qrels,
+    *,
+    metric: str = SIGNIFICANCE_METRIC,
+    permutations: int = DEFAULT_PERMUTATIONS,
+    seed: int = DEFAULT_SEED,
+) -> SignificanceReport:
+    """Every pair of lanes tested on per-query ``metric`` (:func:`~labsrc.evaluation.significance.lane_significance`).
+
+    The pairs follow the lanes' order, the earlier lane as the baseline (bm25
+    first), over every judged query (a query a lane missed scores 0 there).
+    """
+    per_query = {lane: evaluate_run(run, qrels, [metric], per_query=True)[metric] for lane, run in runs.items()}
+    return lane_significance(per_query, metric, unit="judged query", permutations=permutations, seed=seed)
 
 
 def trec_scores(ranked: Sequence[tuple[str, float]]) -> list[float]:
@@ -150,9 +178,10 @@ class BenchmarkResult:
     config: Mapping[str, Any]
     versions: Mapping[str, Any]
     sweep: AlphaSweep | None = None
+    significance: SignificanceReport | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``{lane: {metric: value}, ..., "config": {...}, "versions": {...}}``."""
+        """``{lane: {metric: value}, ..., "config": {...}, "versions": {...}, "alpha_sweep", "significance"}``."""
         out: dict[str, Any] = {lane: dict(values) for lane, values in self.metrics.items()}
         out["config"] = dict(self.config)
         out["versions"] = dict(self.versions)
@@ -163,6 +192,8 @@ class BenchmarkResult:
                 "chosen": self.sweep.alpha,
                 "values": [[alpha, value] for alpha, value in self.sweep.values],
             }
+        if self.significance is not None:
+            out["significance"] = self.significance.to_dict()
         return out
 
 
@@ -184,17 +215,21 @@ def run_benchmark(
     tune_split: str = "train",
     ignore_identical_ids: bool = False,
     progress: Progress | None = None,
+    permutations: int = DEFAULT_PERMUTATIONS,
+    seed: int = DEFAULT_SEED,
 ) -> BenchmarkResult:
-    """Run the chosen lanes on ``split`` and score them with :data:`REPORT_METRICS`.
+    """Run the chosen lanes on ``split``, score them with :data:`REPORT_METRICS`, and test them pairwise.
 
     ``convex`` uses ``alpha`` when given. Otherwise alpha is tuned on
     ``tune_split`` (train) over :data:`ALPHA_GRID`, maximising nDCG@10, and then
     applied to ``split``; with no ``tune_split`` qrels (or when ``split`` *is*
     the tune split) the fixed :data:`DEFAULT_ALPHA` is used. The test split is
-    never used for tuning.
+    never used for tuning. Every pair of lanes gets a paired randomization test
+    on nDCG@10 (:func:`lane_comparison`, ``permutations`` draws from ``seed``).
     """
     chosen = _check_lanes(lanes)
     depth = check_top_k(depth, "depth")
+    permutations = check_permutations(permutations)
     rrf_k = check_rrf_k(rrf_k)
     if alpha is not None:
         alpha = check_alpha(alpha)
@@ -254,6 +289,7 @@ def run_benchmark(
         config=config,
         versions=lanes_source.versions(),
         sweep=sweep,
+        significance=lane_comparison(runs, qrels, permutations=permutations, seed=seed),
     )
 
 

@@ -121,7 +121,7 @@ def _gates(run: GateRun) -> str:
     return _table(["status", "gate", "detail", "failing", "what a failure means"], rows)
 
 
-def _recall(run: GateRun, frame: pd.DataFrame, images: Mapping[str, bytes]) -> str:
+def _recall(run: GateRun, frame: pd.DataFrame, images: Mapping[str, bytes], significance: Sequence[str]) -> str:
     k = run.config.top_k
     lanes = _table(
         ["lane", f"mean Recall@{k}", "gate threshold"],
@@ -136,7 +136,8 @@ def _recall(run: GateRun, frame: pd.DataFrame, images: Mapping[str, bytes]) -> s
             [[_e(name), *(f'<td class="num">{_num(float(v), 2)}</td>' for v in row)]
              for name, row in zip(frame.index, frame.to_numpy())],
         )
-    return (f"<h3>Per lane</h3>{lanes}<h3>Per positive case</h3>{per_case}"
+    tested = "".join(f"<p>{_e(line)}</p>" for line in significance)
+    return (f"<h3>Per lane</h3>{lanes}{tested}<h3>Per positive case</h3>{per_case}"
             + _image("recall.png", images, f"Recall@{k} per lane and positive case"))
 
 
@@ -185,6 +186,7 @@ def report_html(
     latency: pd.DataFrame,
     traces: Sequence[Mapping[str, Any]],
     images: Mapping[str, bytes] | None = None,
+    significance: Sequence[str] = (),
 ) -> str:
     """The whole page, from the pieces :func:`~labsrc.evaluation.report.write_report` already made.
 
@@ -192,7 +194,9 @@ def report_html(
     :func:`~labsrc.evaluation.report.latency_frame`, ``traces`` one
     :func:`~labsrc.evaluation.report.compact_trace` per failed case (in
     :attr:`GateRun.failed_outcomes` order), and ``images`` maps ``recall.png`` /
-    ``latency.png`` to the PNG bytes to embed.
+    ``latency.png`` to the PNG bytes to embed. ``significance`` is
+    :func:`~labsrc.evaluation.report.significance_lines`: the paired tests of the
+    hybrid against each lane, or why there are none.
     """
     from labsrc.version import __version__
 
@@ -202,7 +206,7 @@ def report_html(
     k = run.config.top_k
     sections = [
         ("Gates", _gates(run)),
-        (f"Permitted Recall@{k}", _recall(run, recall, images)),
+        (f"Permitted Recall@{k}", _recall(run, recall, images, significance)),
         ("Latency against budgets", _latency(run, latency, images)),
         (f"Failed cases ({len(run.failed_outcomes)})", _failed(run, traces)),
         ("Versions", _versions(run)),

@@ -30,6 +30,7 @@ from labsrc.errors import InvalidArgument
 from labsrc.evaluation.config import LANES
 from labsrc.evaluation.gates import GATE_TABLE, CaseOutcome, GateRun
 from labsrc.evaluation.html_report import dense_model_label, report_html
+from labsrc.evaluation.significance import SignificanceReport, lane_significance
 from labsrc.evaluation.verdicts import plural
 from labsrc.records.cases import cases_digest
 
@@ -43,8 +44,10 @@ __all__ = [
     "gates_frame",
     "latency_frame",
     "recall_frame",
+    "recall_significance",
     "report_dict",
     "report_markdown",
+    "significance_lines",
     "write_report",
 ]
 
@@ -114,6 +117,31 @@ def recall_frame(run: GateRun) -> pd.DataFrame:
     )
     frame.attrs["k"] = k
     return frame
+
+
+def recall_significance(run: GateRun) -> SignificanceReport:
+    """The hybrid against each lane on per-case Recall@k, with a paired randomization test.
+
+    Only with enough positive cases
+    (:data:`~labsrc.evaluation.significance.MIN_PAIRED_QUERIES`); below that,
+    and so on the lesson's 3, the report says that no test is meaningful.
+    """
+    frame = recall_frame(run)
+    per_case = {lane: dict(zip(frame.index, frame[lane].tolist())) for lane in LANES}
+    pairs = [(lane, "hybrid") for lane in LANES if lane != "hybrid"]
+    return lane_significance(per_case, f"recall@{run.config.top_k}", pairs=pairs, unit="positive case")
+
+
+def significance_lines(report: SignificanceReport) -> list[str]:
+    """The report's words on significance: the reason there is no test, or one line per comparison."""
+    if report.note:
+        return [report.note + "."]
+    return [
+        f"{c.lane} vs {c.baseline}: mean {report.metric} {c.lane_mean:.2f} vs {c.baseline_mean:.2f} "
+        f"(difference {c.difference:+.2f}), p = {c.p_value:.4f} over {report.queries} positive cases "
+        f"({report.test}, {c.permutations} permutations, seed {report.seed})"
+        for c in report.comparisons
+    ]
 
 
 def gates_frame(run: GateRun) -> pd.DataFrame:
@@ -237,6 +265,7 @@ def report_dict(run: GateRun) -> dict[str, Any]:
             "config": run.config.to_dict(),
             "versions": {**dict(run.versions), "dense_model": dict(run.dense_model)},
             "recall": {"k": k, "lanes": dict(run.recall)},
+            "significance": recall_significance(run).to_dict(),
             "gates": [g.to_dict() for g in run.gates],
             "cases": cases,
             "latency": latency,
@@ -289,6 +318,7 @@ def report_markdown(run: GateRun) -> str:
         lines.append(f"- dense model: `{dense_model_label(run.dense_model)}`")
     lines += ["", f"## Permitted Recall@{k}", "", "| lane | recall |", "|---|---|"]
     lines += [f"| {lane} | {run.recall[lane]:.2f} |" for lane in LANES]
+    lines += ["", *significance_lines(recall_significance(run))]
     lines += ["", "![recall](recall.png)", "", "## Gates", ""]
     lines.append(_md_table(gates_frame(run)[["gate", "status", "detail", "failing", "what a failure means"]]))
     failed = run.failed_outcomes
@@ -352,6 +382,9 @@ def write_report(run: GateRun, out_dir: str | Path) -> dict[str, Path]:
     save_figure(plot_recall(recall, run.config.top_k, thresholds=thresholds), paths["recall.png"])
     save_figure(plot_latency(latency), paths["latency.png"])
     images = {name: paths[name].read_bytes() for name in ("recall.png", "latency.png")}
-    html = report_html(run, recall=recall, latency=latency, traces=traces, images=images)
+    html = report_html(
+        run, recall=recall, latency=latency, traces=traces, images=images,
+        significance=significance_lines(recall_significance(run)),
+    )
     paths["report.html"].write_text(html, encoding="utf-8")
     return paths
