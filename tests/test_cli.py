@@ -262,3 +262,20 @@ def test_progress_draws_with_tqdm_on_a_terminal_only() -> None:
     TqdmProgress(quiet)("cases", 1, 1)  # StringIO is not a TTY
     assert quiet.getvalue() == ""
     assert make_progress(no_progress=True) is None
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path) -> None:
+    # `labsrc report | head -1`: the reader leaves early; no traceback, the shell's SIGPIPE status.
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "labsrc.cli", "report", "--no-progress", "--out", str(tmp_path / "r")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout.readline().startswith(b"Release gate")
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert "Traceback" not in stderr

@@ -9,6 +9,7 @@ Each subcommand lives in its own ``labsrc/cli/<name>.py`` module exposing
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -46,6 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LabError as exc:
         print(f"labsrc: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (``labsrc report | head``): stop quietly, as Unix tools do.
+        # Point stdout at devnull so the interpreter's final flush cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
     finally:
         close_engines()
 
