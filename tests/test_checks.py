@@ -26,6 +26,7 @@ from labsrc.course.checks import (
     check_adversarial_cases,
     check_candidates_artifact,
     check_dense_source,
+    check_encoder_report,
     check_failed_traces,
     check_lane_comparison,
     check_positive_cases,
@@ -311,6 +312,78 @@ def test_an_incomplete_model_record_and_missing_queries_are_named(tmp_path, corp
         "my-submission/cases.jsonl --out my-submission/vectors/all-MiniLM-L6-v2` (the 'embed' extra) and use that "
         "folder as your vectors (case(s) ['other'])"
     ) in problems
+
+
+SOLUTION = POLICIES.parent / "coursework" / "solution"
+
+
+@pytest.fixture(scope="module")
+def step3(corpus):
+    """The model answer's cases with its own vectors, as exercise 3 reads them."""
+    chunks, callers, _ = corpus
+    cases = load_cases(SOLUTION / "cases.jsonl")
+    return load_embeddings(SOLUTION / "vectors" / "all-MiniLM-L6-v2", chunks=chunks), cases, chunks, callers
+
+
+GOOD_REPORT = {
+    "model": "sentence-transformers/all-MiniLM-L6-v2",
+    "dim": 384,
+    "normalized": True,
+    "dense_wins": "eu-paraphrase-rpl14",  # "swap a broken reconditioned notebook": no word in common with the rule
+    "shared_terms": set(),
+    "bm25_wins": "eu-exact-clm7",  # the code CLM-7: one rare token for BM25, "a CLM rule" for MiniLM
+}
+
+
+def test_the_model_answers_encoder_report_passes(step3):
+    result = check_encoder_report(GOOD_REPORT, *step3, EVAL_DATE)
+    assert result.passed, result
+    assert "eu-paraphrase-rpl14: dense finds eu-refurb-v2-rule in its top 2, bm25 does not" in result.passes
+    assert "eu-exact-clm7: bm25 finds eu-carrier-loss-v1 in its top 2, dense does not" in result.passes
+
+
+def test_a_misread_model_record_is_named_without_giving_the_answer(step3):
+    report = {**GOOD_REPORT, "model": "all-MiniLM", "dim": "384", "normalized": None}
+    problems = check_encoder_report(report, *step3, EVAL_DATE).problems
+    assert "report['model'] is 'all-MiniLM', which is not what the vectors record: read MODEL.json's 'model' field" in problems
+    # "384" is the right number of the wrong type: the vectors have 384 columns, an int.
+    assert any(p.startswith("report['dim'] is '384', which is not what the vectors record") for p in problems)
+    assert problems[0] == (
+        "report leaves ['normalized'] blank: fill in every one of "
+        "['model', 'dim', 'normalized', 'dense_wins', 'shared_terms', 'bm25_wins']"
+    )
+
+
+def test_lane_wins_that_are_not_wins_are_named_with_each_lanes_list(step3):
+    # eu-mixed-rpl14 shares rpl-14, refurbished and replacement with its rule: BM25 finds it too.
+    report = {**GOOD_REPORT, "dense_wins": "eu-mixed-rpl14", "bm25_wins": "eu-paraphrase-clm7"}
+    problems = check_encoder_report(report, *step3, EVAL_DATE).problems
+    assert (
+        "report['dense_wins']: the bm25 lane finds eu-refurb-v2-rule for case 'eu-mixed-rpl14' too "
+        "(its top 2: ['eu-refurb-v2-rule', 'eu-laptop-accessories']): pick a case the bm25 lane misses"
+    ) in problems
+    assert any(p.startswith("report['bm25_wins']: for case 'eu-paraphrase-clm7' the bm25 lane's top 2 is") for p in problems)
+    restricted = check_encoder_report({**GOOD_REPORT, "bm25_wins": "restricted-vip-code"}, *step3, EVAL_DATE)
+    assert restricted.problems == (
+        "report['bm25_wins']: case 'restricted-vip-code' is a restricted case; name a positive case, which expects a chunk",
+    )
+
+
+def test_shared_terms_must_be_the_analysed_overlap(step3):
+    # "the courier misplaced my package, can I get my money back" vs the CLM-7 rule: no analysed term in common.
+    report = {**GOOD_REPORT, "dense_wins": "eu-paraphrase-clm7", "shared_terms": {"money"}}
+    (problem,) = check_encoder_report(report, *step3, EVAL_DATE).problems
+    assert problem.startswith(
+        "report['shared_terms'] for case 'eu-paraphrase-clm7' is not the overlap BM25 scores: ['money'] do not occur"
+    )
+    assert check_encoder_report({**report, "shared_terms": []}, *step3, EVAL_DATE).passed
+
+
+def test_lane_questions_wait_for_a_real_encoder(step3, data):
+    _, cases, chunks, callers = step3
+    problems = check_encoder_report(GOOD_REPORT, data.vectors, cases, chunks, callers, EVAL_DATE).problems
+    assert problems[0].startswith("the dense lane still uses 'fixture-embeddings-v1'")
+    assert problems[-1] == "the lane questions (dense_wins, bm25_wins) are checked once the dense source above is right"
 
 
 # --- step 4 ------------------------------------------------------------------------------------------

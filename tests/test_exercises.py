@@ -26,6 +26,8 @@ EXPECTED_FEEDBACK = {
     "03-real-encoder": [
         "the dense lane still uses 'fixture-embeddings-v1', not a real bi-encoder",
         "of your case queries have no vector: run `labsrc embed",
+        "report leaves ['model', 'dim', 'normalized', 'dense_wins', 'shared_terms', 'bm25_wins'] blank",
+        "the lane questions (dense_wins, bm25_wins) are checked once the dense source above is right",
     ],
     "04-compare-lanes": [
         "no Recall@2 for ['bm25', 'dense']: report all three lanes",

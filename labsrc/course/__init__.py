@@ -4,10 +4,17 @@ Takes a learner's cases, traces and artifacts; returns check results with
 hints, and a graded level with its evidence.
 """
 
+from labsrc.course.answers import (
+    BLANK_ANSWERS,
+    BlankAnswer,
+    is_blank,
+    require_answer,
+)
 from labsrc.course.checks import (
     ADVERSARIAL_KINDS,
     CheckFailed,
     CheckResult,
+    ENCODER_REPORT_KEYS,
     PERCENTILE_METHOD,
     QUERY_STYLES,
     QUESTION_WORDS,
@@ -16,6 +23,7 @@ from labsrc.course.checks import (
     check_adversarial_cases,
     check_candidates_artifact,
     check_dense_source,
+    check_encoder_report,
     check_failed_traces,
     check_lane_comparison,
     check_positive_cases,
@@ -58,8 +66,11 @@ from labsrc.course.thresholds import (
 
 __all__ = [
     "ADVERSARIAL_KINDS",
+    "BLANK_ANSWERS",
+    "BlankAnswer",
     "CheckFailed",
     "CheckResult",
+    "ENCODER_REPORT_KEYS",
     "Evidence",
     "Grade",
     "HYBRID_RULE_STRENGTH",
@@ -75,6 +86,7 @@ __all__ = [
     "check_adversarial_cases",
     "check_candidates_artifact",
     "check_dense_source",
+    "check_encoder_report",
     "check_failed_traces",
     "check_lane_comparison",
     "check_positive_cases",
@@ -87,6 +99,7 @@ __all__ = [
     "grade",
     "grade_json",
     "hidden_ids_in",
+    "is_blank",
     "parse_level",
     "policy_codes",
     "production",
@@ -94,6 +107,7 @@ __all__ = [
     "rank_problem",
     "read_report",
     "relaxed_settings",
+    "require_answer",
     "rrf_of_ranks",
     "strong",
 ]

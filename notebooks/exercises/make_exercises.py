@@ -273,76 +273,135 @@ EX3 = [
 
 **After this exercise you will be able to…**
 
-- replace the lesson's frozen 3-d vectors with stored embeddings from a real bi-encoder, all-MiniLM-L6-v2;
-- read a `MODEL.json` record and say which model, package versions and text recipe made the vectors;
-- see the dense lane recover meaning that word overlap cannot, and lose codes that BM25 keeps.
+- replace the lesson's frozen 3-d vectors with stored embeddings from a real bi-encoder, all-MiniLM-L6-v2, that cover *your own* case queries;
+- read a `MODEL.json` record and say which model, dimension and normalisation made the vectors;
+- find, in your own cases, a paraphrase the dense lane recovers and BM25 misses (and say why), and a code BM25 keeps and the dense lane loses.
 
 This is step 3 of the lesson's "Build it yourself": *replace the frozen vectors with embeddings from a real bi-encoder, recording the model version.*
-The course ships the vectors, so nothing here needs a model; `labsrc embed` (the `embed` extra) made them.
+The course ships vectors for its own queries; yours come from `labsrc embed` (the `embed` extra, part of the course set-up).
 
 """ + HOW_TO_CHECK),
     md("## Setup"),
-    code(IMPORTS),
-    code(LOAD + """
-course_cases = labsrc.load_cases(COURSE / "cases.jsonl")"""),
+    code(IMPORTS + """
+from labsrc.lanes.coverage import missing_query_vectors"""),
+    code(LOAD),
+    md("""## Your cases and their vectors
+
+In your own work `SUBMISSION` is `Path("my-submission")`: exercises 1 and 2 saved `cases.jsonl` there, and you embedded
+their queries once, after exercise 2:
+
+```bash
+labsrc embed --chunks fixtures/policies/chunks.jsonl --queries my-submission/cases.jsonl \\
+             --out my-submission/vectors/all-MiniLM-L6-v2
+```
+
+Here the model answer's submission stands in for yours; its `vectors/` folder is exactly what that command wrote."""),
+    code("""SUBMISSION = fixtures_dir() / "coursework" / "solution"  # in your own work: SUBMISSION = Path("my-submission")
+my_cases = labsrc.load_cases(SUBMISSION / "cases.jsonl", chunk_ids={c.chunk_id for c in chunks}, caller_ids=set(callers))
+print(f"{len(my_cases)} cases, {sum(c.kind == 'positive' for c in my_cases)} of them positive")
+print(sorted(p.name for p in (SUBMISSION / "vectors" / "all-MiniLM-L6-v2").iterdir()))"""),
+    md("""## Your turn, part 1: the vectors
+
+Make `dense` the MiniLM vectors of *your* cases: `load_embeddings(folder, chunks=chunks)` reads a folder `labsrc embed`
+wrote. (The course's folder, `COURSE / "vectors" / "all-MiniLM-L6-v2"`, knows the course's queries only: try it
+and read what the check says.)"""),
+    code("""# TODO: the dense lane still uses the lesson's frozen 3-d fixture vectors; load your MiniLM vectors instead.
+dense = labsrc.lesson().vectors""", S),
+    code("""dense = load_embeddings(SUBMISSION / "vectors" / "all-MiniLM-L6-v2", chunks=chunks)""", X),
     md("""## The record
 
-Vectors without a record cannot be audited or reproduced. The course's `MODEL.json`:"""),
-    code("""record = json.loads((COURSE / "vectors" / "all-MiniLM-L6-v2" / "MODEL.json").read_text(encoding="utf-8"))
+Vectors without a record cannot be audited or reproduced. `labsrc embed` wrote `MODEL.json` next to them:"""),
+    code("""record = json.loads((SUBMISSION / "vectors" / "all-MiniLM-L6-v2" / "MODEL.json").read_text(encoding="utf-8"))
 for key in sorted(record):
     print(f"{key:<22} {record[key]}")"""),
     md("""`texts_sha256` is a digest of every embedded text: if a chunk or a case query changes, the stored vectors no
 longer match it, and the course's tests notice.
 
-## Your turn
+## Each lane on your positive cases
 
-Make `dense` the MiniLM vectors: `load_embeddings(COURSE / "vectors" / "all-MiniLM-L6-v2", chunks=chunks)`."""),
-    code("""# TODO: the dense lane still uses the lesson's frozen 3-d fixture vectors; load the MiniLM vectors instead.
-dense = labsrc.lesson().vectors""", S),
-    code("""dense = load_embeddings(COURSE / "vectors" / "all-MiniLM-L6-v2", chunks=chunks)""", X),
+Both lanes over the caller's permitted chunks on the case's date, top 2, as the gate runs them:"""),
+    code("""def lane_top2(case):
+    universe = labsrc.permitted_chunks(callers[case.caller], chunks, case.on_date or EVAL_DATE)
+    return {
+        "dense": [c.chunk_id for c, _ in labsrc.dense_rank(case.query, universe, dense, top_k=2)],
+        "bm25": [c.chunk_id for c, _ in labsrc.bm25_rank(case.query, universe, top_k=2)],
+    }
+
+
+positives = [c for c in my_cases if c.kind == "positive"]
+lacking = set(missing_query_vectors(dense, positives) or ())  # cases whose query the vectors do not know
+found = {c.name: lane_top2(c) for c in positives if c.name not in lacking}
+print(f"{'case':<26} {'expected':<22} dense bm25")
+for case in positives:
+    if case.name not in found:
+        print(f"{case.name:<26} no stored vector: embed your cases")
+        continue
+    hit = ["yes" if case.expected[0] in found[case.name][lane] else "-" for lane in ("dense", "bm25")]
+    print(f"{case.name:<26} {case.expected[0]:<22} {hit[0]:<5} {hit[1]}")"""),
+    md("""## Your turn, part 2: the report
+
+Fill in `report`:
+
+- `model`, `dim`, `normalized`: what the record says made the vectors (a string, an int and a bool);
+- `dense_wins`: the name of one of your positive cases that the dense lane finds in its top 2 and BM25 misses;
+- `shared_terms`: the analysed terms that case's query shares with its expected chunk's text
+  (`set(labsrc.tokens(query)) & set(labsrc.tokens(chunk.text))`), which is all BM25 can score;
+- `bm25_wins`: one of your positive cases the other way round.
+
+The check reruns both lanes to confirm your two cases and recomputes the overlap."""),
+    code("""# TODO: fill in the report from the record and from the table above.
+report = {"model": None, "dim": None, "normalized": None, "dense_wins": None, "shared_terms": None, "bm25_wins": None}""", S),
+    code("""chunk_by_id = {c.chunk_id: c for c in chunks}
+dense_only = [c for c in positives if c.name in found
+              and c.expected[0] in found[c.name]["dense"] and c.expected[0] not in found[c.name]["bm25"]]
+bm25_only = [c for c in positives if c.name in found
+             and c.expected[0] in found[c.name]["bm25"] and c.expected[0] not in found[c.name]["dense"]]
+paraphrase = dense_only[0]
+report = {
+    "model": record["model"],
+    "dim": record["dim"],
+    "normalized": record["normalized"],
+    "dense_wins": paraphrase.name,
+    "shared_terms": set(labsrc.tokens(paraphrase.query)) & set(labsrc.tokens(chunk_by_id[paraphrase.expected[0]].text)),
+    "bm25_wins": bm25_only[0].name,
+}
+print(report)""", X),
     md("## Check"),
-    code("""result = checks.check_dense_source(dense, course_cases).require()
+    code("""result = checks.check_encoder_report(report, dense, my_cases, chunks, callers, EVAL_DATE).require()
 print(result)"""),
-    md("""## Meaning versus word overlap
+    md("""## Why the lanes differ
 
-The lesson's paraphrase over Luna's universe, ranked by MiniLM and by the lab's hashing encoder, which sees
-words only. The paraphrase shares no word with the right rule (only *broken*, with the accessories rule), so
-the hashing encoder cannot find it: its scores come from that one word and from hash collisions. MiniLM puts
-the right rule first."""),
-    code("""luna = callers["luna-48291"]
-universe = labsrc.permitted_chunks(luna, chunks, EVAL_DATE)
-query = "swap a broken reconditioned notebook"
+Your dense-lane win shares no analysed term with its rule, so every BM25 score for the rule is 0: word overlap
+cannot find it, however the terms are weighted. MiniLM maps both texts near each other because it learned, for
+example, that *reconditioned notebook* and *refurbished laptop* mean much the same. The lab's hashing encoder, which
+sees words only, cannot: its scores come from the few words the query shares with other chunks and from hash collisions."""),
+    code("""case = next(c for c in my_cases if c.name == report["dense_wins"])
+universe = labsrc.permitted_chunks(callers[case.caller], chunks, case.on_date or EVAL_DATE)
+print(f"{case.query!r} expects {case.expected[0]}")
 for name, source in (("all-MiniLM-L6-v2", dense), ("hashing encoder", labsrc.HashingEncoder())):
-    ranked = labsrc.dense_rank(query, universe, source, top_k=3)
+    ranked = labsrc.dense_rank(case.query, universe, source, top_k=3)
     print(f"{name:<17} {[(c.chunk_id, round(score, 3)) for c, score in ranked]}")"""),
-    md("""## …and what a dense lane loses
-
-Policy codes with near-miss neighbours: MiniLM reads `CLM-7` as "a CLM rule", and the neighbours win.
-BM25 treats `clm-7` as one rare token and finds it first."""),
-    code("""for code_query, actor in (("CLM-7", "luna-48291"), ("RTN-30", "dana-us-17")):
-    space = labsrc.permitted_chunks(callers[actor], chunks, EVAL_DATE)
-    print(f"{code_query:<7} dense {[c.chunk_id for c, _ in labsrc.dense_rank(code_query, space, dense, top_k=2)]}")
-    print(f"{'':<7} bm25  {[c.chunk_id for c, _ in labsrc.bm25_rank(code_query, space, top_k=2)]}")"""),
+    md("""The other way round, policy codes with near-miss neighbours: MiniLM reads `CLM-7` as "a CLM rule", and the
+neighbours win. BM25 treats `clm-7` as one rare token and finds it first."""),
+    code("""case = next(c for c in my_cases if c.name == report["bm25_wins"])
+universe = labsrc.permitted_chunks(callers[case.caller], chunks, case.on_date or EVAL_DATE)
+print(f"{case.query!r} expects {case.expected[0]}")
+print(f"dense {[c.chunk_id for c, _ in labsrc.dense_rank(case.query, universe, dense, top_k=2)]}")
+print(f"bm25  {[c.chunk_id for c, _ in labsrc.bm25_rank(case.query, universe, top_k=2)]}")"""),
     md("## The version travels into every trace"),
-    code("""trace = labsrc.PolicyRetriever(chunks, dense).search(query, luna, EVAL_DATE).trace
+    code("""trace = labsrc.PolicyRetriever(chunks, dense).search(case.query, callers[case.caller], EVAL_DATE).trace
 print(json.dumps(trace.to_dict(include_timings=False), indent=1, sort_keys=True))"""),
-    md("""## A query the course did not embed
+    md("""## A query nobody embedded
 
-The stored vectors know the reference cases' queries only. For any other text the source does *not* quietly
-return a zero vector (that would look like a retrieval miss); it embeds the query live when the `embed` extra is
-installed and otherwise raises `MissingDependency` with the install command:
-
-```bash
-pip install torch==2.13.0 && pip install -e '.[embed]'
-labsrc embed --chunks fixtures/policies/chunks.jsonl --queries my-submission/cases.jsonl \\
-             --out my-submission/vectors/all-MiniLM-L6-v2
-```"""),
-    code("""print(dense.has_query("swap a broken reconditioned notebook"), dense.has_query("my laptop arrived cracked"))"""),
+Stored vectors know the queries they were made with. For any other text the source does *not* quietly return a
+zero vector (that would look like a retrieval miss); it embeds the query live when the `embed` extra is installed
+and otherwise raises `MissingDependency` with the install command. Change a query, and re-run `labsrc embed`."""),
+    code("""print(all(dense.has_query(c.query) for c in my_cases), dense.has_query("my laptop arrived cracked"))"""),
     md("""## Mastery check
 
 1. Which fields of `MODEL.json` would you need to reproduce these vectors on another machine?
 2. Why is the document text `title + ' ' + text` rather than the text alone? What changes if you alter the recipe?
-3. After you edit one chunk's wording, what must you re-run, and which test tells you if you forgot?"""),
+3. Your `dense_wins` case shares no term with its rule. Write a query that shares one rare term with it: which lane finds it now, and why?"""),
 ]
 
 EX4 = [
@@ -411,6 +470,13 @@ print(frame[frame.nunique(axis=1) > 1].to_string())
 print()
 print("mean", {lane: round(value, 3) for lane, value in recall.items()})"""),
     code("""fig = plot_recall(recall_frame(run), k, thresholds=dict(run.config.min_recall))
+# plot_recall widens the figure by 1.6 in per case; on a page, a fixed width and slanted case names read better.
+fig.set_size_inches(10, 4.2)
+ax = fig.axes[0]
+ax.tick_params(axis="x", labelrotation=40, labelsize=8)
+for label in ax.get_xticklabels():
+    label.set_horizontalalignment("right")
+fig.tight_layout()
 plt.show()"""),
     md("""## Latency
 

@@ -27,7 +27,9 @@ from labsrc.course.checks.comparison import (
     distinct_digits,
 )
 from labsrc.course.checks.encoder import (
+    ENCODER_REPORT_KEYS,
     check_dense_source,
+    check_encoder_report,
 )
 from labsrc.course.checks.evidence import (
     QUESTION_WORDS,
@@ -54,6 +56,7 @@ __all__ = [
     "ADVERSARIAL_KINDS",
     "CheckFailed",
     "CheckResult",
+    "ENCODER_REPORT_KEYS",
     "PERCENTILE_METHOD",
     "QUERY_STYLES",
     "QUESTION_WORDS",
@@ -62,6 +65,7 @@ __all__ = [
     "check_adversarial_cases",
     "check_candidates_artifact",
     "check_dense_source",
+    "check_encoder_report",
     "check_failed_traces",
     "check_lane_comparison",
     "check_positive_cases",

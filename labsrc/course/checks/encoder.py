@@ -1,15 +1,30 @@
-"""Check for step 3: the dense lane uses a real, versioned bi-encoder whose vectors cover every case query."""
+"""Check for step 3: the dense lane uses a real, versioned bi-encoder whose vectors cover every case query.
+
+:func:`check_encoder_report` adds the learner's own reading of it: what ``MODEL.json``
+records, and one case each lane wins, with the word overlap that explains the
+dense lane's win (BM25 scores only analysed terms a query shares with a chunk).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from labsrc.boundary import permitted_chunks
 from labsrc.course.checks.result import CheckResult, Collector
-from labsrc.lanes.coverage import missing_query_vectors, no_vector_hint
+from labsrc.evaluation.gates import as_caller_map
+from labsrc.lanes.analysis import tokens
+from labsrc.lanes.coverage import missing_query_vectors, no_vector_hint, query_lookup
+from labsrc.lanes.dense import dense_rank
+from labsrc.lanes.sparse import bm25_rank
 from labsrc.records.cases import Case
+from labsrc.records.policy import Caller, PolicyChunk
 
-__all__ = ["check_dense_source"]
+__all__ = ["ENCODER_REPORT_KEYS", "check_dense_source", "check_encoder_report"]
+
+#: What step 3's report holds: MODEL.json read back, then one case each lane wins.
+ENCODER_REPORT_KEYS = ("model", "dim", "normalized", "dense_wins", "shared_terms", "bm25_wins")
 
 
 def check_dense_source(source: Any, cases: Sequence[Case] = (), *, cases_path: str = "my-submission/cases.jsonl") -> CheckResult:
@@ -59,3 +74,156 @@ def check_dense_source(source: Any, cases: Sequence[Case] = (), *, cases_path: s
                 f"{no_vector_hint(len(lacking), cases_path=cases_path)} (case(s) {list(lacking)})",
             )
     return out.result()
+
+
+def _blank(value: object) -> bool:
+    return value is None or value is ...
+
+
+def check_encoder_report(
+    report: Mapping[str, Any],
+    source: Any,
+    cases: Sequence[Case],
+    chunks: Sequence[PolicyChunk],
+    callers: Mapping[str, Caller] | Sequence[Caller],
+    on_date: dt.date,
+    *,
+    top_k: int = 2,
+    cases_path: str = "my-submission/cases.jsonl",
+) -> CheckResult:
+    """Step 3 in full: :func:`check_dense_source`, then the learner's ``report`` (see :data:`ENCODER_REPORT_KEYS`).
+
+    ``model``, ``dim`` and ``normalized`` must be what ``MODEL.json`` records and the
+    vectors show. ``dense_wins`` names a positive case whose expected chunk the dense
+    lane returns in its top ``top_k`` over the caller's permitted chunks and BM25 does
+    not; ``shared_terms`` is the set of analysed terms its query shares with that chunk's
+    text (what BM25 could score). ``bm25_wins`` names a positive case the other way round.
+    """
+    base = check_dense_source(source, cases, cases_path=cases_path)
+    out = Collector("step 3, real encoder")
+    out.passes += base.passes
+    for problem in base.problems:
+        out.problem(problem)
+    if not isinstance(report, Mapping):
+        out.problem(f"report must be a dict with keys {list(ENCODER_REPORT_KEYS)}, not {type(report).__name__}")
+        return out.result()
+    missing = [key for key in ENCODER_REPORT_KEYS if _blank(report.get(key))]
+    if missing:
+        out.problem(f"report leaves {missing} blank: fill in every one of {list(ENCODER_REPORT_KEYS)}")
+    _check_model_fields(out, report, source)
+    if base.problems:
+        out.problem("the lane questions (dense_wins, bm25_wins) are checked once the dense source above is right")
+        return out.result()
+    lanes = _LaneProbe(source, cases, chunks, as_caller_map(callers), on_date, top_k)
+    if not _blank(report.get("dense_wins")):
+        case = lanes.positive(out, "dense_wins", report["dense_wins"])
+        if case is not None and lanes.wins(out, "dense_wins", case, winner="dense", loser="bm25"):
+            _check_shared_terms(out, report.get("shared_terms"), case, lanes.expected_chunk(case))
+    if not _blank(report.get("bm25_wins")):
+        case = lanes.positive(out, "bm25_wins", report["bm25_wins"])
+        if case is not None:
+            lanes.wins(out, "bm25_wins", case, winner="bm25", loser="dense")
+    return out.result()
+
+
+def _check_model_fields(out: Collector, report: Mapping[str, Any], source: Any) -> None:
+    model = dict(getattr(source, "model", None) or {})
+    if not model:
+        return
+    for key, actual, where in (
+        ("model", model.get("model"), "MODEL.json's 'model' field"),
+        ("dim", getattr(source, "dimension", None), "MODEL.json's 'dim' field, or dense.dimension"),
+        ("normalized", model.get("normalized"), "MODEL.json's 'normalized' field (a bool)"),
+    ):
+        if _blank(report.get(key)):
+            continue
+        out.check(
+            report[key] == actual and type(report[key]) is type(actual),
+            f"report[{key!r}] = {actual!r}, as recorded",
+            f"report[{key!r}] is {report[key]!r}, which is not what the vectors record: read {where}",
+        )
+
+
+class _LaneProbe:
+    """Each lane's top k for a case, over its caller's permitted chunks on its date."""
+
+    def __init__(
+        self,
+        source: Any,
+        cases: Sequence[Case],
+        chunks: Sequence[PolicyChunk],
+        callers: Mapping[str, Caller],
+        on_date: dt.date,
+        top_k: int,
+    ) -> None:
+        self.source, self.chunks, self.callers, self.on_date, self.top_k = source, chunks, callers, on_date, top_k
+        self.cases = {c.name: c for c in cases}
+        self.by_id = {c.chunk_id: c for c in chunks}
+        self.has_vector = query_lookup(source)
+
+    def positive(self, out: Collector, key: str, name: object) -> Case | None:
+        case = self.cases.get(name) if isinstance(name, str) else None
+        if case is None:
+            out.problem(f"report[{key!r}] is {name!r}, which is not one of your cases' names ({sorted(self.cases)[:4]} ...)")
+            return None
+        if case.kind != "positive" or not case.expected:
+            out.problem(f"report[{key!r}]: case {name!r} is a {case.kind} case; name a positive case, which expects a chunk")
+            return None
+        if case.caller not in self.callers or case.expected[0] not in self.by_id:
+            out.problem(f"report[{key!r}]: case {name!r} names an unknown caller or chunk; fix it with exercise 1's check")
+            return None
+        if self.has_vector is not None and not self.has_vector(case.query):
+            out.problem(f"report[{key!r}]: case {name!r} has no stored query vector; {no_vector_hint(1)}")
+            return None
+        return case
+
+    def expected_chunk(self, case: Case) -> PolicyChunk:
+        return self.by_id[case.expected[0]]
+
+    def ids(self, case: Case, lane: str) -> list[str]:
+        universe = permitted_chunks(self.callers[case.caller], self.chunks, case.on_date or self.on_date)
+        if lane == "dense":
+            ranked = dense_rank(case.query, universe, self.source, top_k=self.top_k)
+        else:
+            ranked = bm25_rank(case.query, universe, top_k=self.top_k)
+        return [chunk.chunk_id for chunk, _ in ranked]
+
+    def wins(self, out: Collector, key: str, case: Case, *, winner: str, loser: str) -> bool:
+        expected = case.expected[0]
+        found = {lane: self.ids(case, lane) for lane in (winner, loser)}
+        if expected not in found[winner]:
+            out.problem(
+                f"report[{key!r}]: for case {case.name!r} the {winner} lane's top {self.top_k} is {found[winner]}, "
+                f"without {expected}: pick a case the {winner} lane finds"
+            )
+            return False
+        if expected in found[loser]:
+            out.problem(
+                f"report[{key!r}]: the {loser} lane finds {expected} for case {case.name!r} too "
+                f"(its top {self.top_k}: {found[loser]}): pick a case the {loser} lane misses"
+            )
+            return False
+        out.passes.append(f"{case.name}: {winner} finds {expected} in its top {self.top_k}, {loser} does not")
+        return True
+
+
+def _check_shared_terms(out: Collector, answer: object, case: Case, chunk: PolicyChunk) -> None:
+    if _blank(answer):
+        return
+    shared = set(tokens(case.query)) & set(tokens(chunk.text))
+    if not isinstance(answer, (set, frozenset, list, tuple)) or not all(isinstance(t, str) for t in answer):
+        out.problem(f"report['shared_terms'] must be a set of analysed terms (strings), not {answer!r}")
+        return
+    given = set(answer)
+    extra = sorted(given - shared)
+    if given == shared:
+        scored = "BM25 has nothing to score" if not shared else "the only terms BM25 can score"
+        out.passes.append(f"{case.name} shares {sorted(shared) or 'no analysed term'} with {chunk.chunk_id}: {scored}")
+        return
+    detail = f"{extra} do not occur in both the analysed query and the chunk's analysed text" if extra else (
+        f"{len(shared - given)} shared term(s) are missing"
+    )
+    out.problem(
+        f"report['shared_terms'] for case {case.name!r} is not the overlap BM25 scores: {detail}; "
+        f"compare set(labsrc.tokens(query)) with set(labsrc.tokens(chunk.text)) for {chunk.chunk_id}"
+    )
