@@ -116,9 +116,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else folder / "vectors" / BEIR_VECTORS_NAME
     if folder is not None and (out / "MODEL.json").is_file() and not args.force:
         raise InvalidArgument(f"{out} already holds vectors (MODEL.json); pass --force to compute them again")
-    check_out_dir(out)
-    # Fail on a missing extra before reading anything, with the install hint.
+    # Fail on a missing extra before reading or creating anything, with the install hint.
     encoder: Encoder = minilm_encoder(device=args.device, batch_size=args.batch_size)
+    check_out_dir(out)
     model = minilm_model_record()
     if folder is not None:
         name, chunks, queries = beir_inputs(folder)
