@@ -211,21 +211,28 @@ class BM25Index:
         """
         if isinstance(terms, str):
             raise InvalidArgument("score_terms takes a list of terms; use score_all for query text")
-        ptr, postings, impacts = self._ptr, self._postings, self.impact
-        docs, weights = [], []
-        for term, query_count in Counter(terms).items():
-            t = self.vocabulary.get(term)
-            if t is not None:
-                lo, hi = ptr[t], ptr[t + 1]
-                docs.append(postings[lo:hi])
-                weights.append(impacts[lo:hi] if query_count == 1 else query_count * impacts[lo:hi])
-        if not docs:
+        return self._score_slices(self._slices(terms))
+
+    def _slices(self, terms: Sequence[str]) -> list[tuple[int, int, int, int]]:
+        """``(term id, start, end, query count)`` of each known query term, in first-occurrence order."""
+        ptr, vocabulary = self._ptr, self.vocabulary
+        return [
+            (t, ptr[t], ptr[t + 1], count)
+            for term, count in Counter(terms).items()
+            if (t := vocabulary.get(term)) is not None
+        ]
+
+    def _score_slices(self, slices: list[tuple[int, int, int, int]]) -> np.ndarray:
+        postings, impacts = self._postings, self.impact
+        if not slices:
             return np.zeros(self.n_docs, dtype=np.float64)
-        if len(docs) == 1:
+        weights = [impacts[lo:hi] if count == 1 else count * impacts[lo:hi] for _, lo, hi, count in slices]
+        if len(slices) == 1:
             scores = np.zeros(self.n_docs, dtype=np.float64)
-            scores[docs[0]] = weights[0]  # a term's postings hold each document once
+            scores[postings[slices[0][1] : slices[0][2]]] = weights[0]  # a term's postings hold each document once
             return scores
-        return np.bincount(np.concatenate(docs), np.concatenate(weights), minlength=self.n_docs)
+        docs = np.concatenate([postings[lo:hi] for _, lo, hi, _ in slices])
+        return np.bincount(docs, np.concatenate(weights), minlength=self.n_docs)
 
     def search(self, query: str, top_k: int) -> list[tuple[str, float]]:
         """The ``top_k`` ``(id, score)`` pairs with score > 0, by (score desc, id asc)."""
@@ -245,30 +252,31 @@ class BM25Index:
             return []
         if isinstance(terms, str):
             raise InvalidArgument("search_terms takes a list of terms; use search for query text")
-        lists = self._term_lists(terms)
-        if sum(term.positions.size for term in lists) > _PRUNE_FROM_POSTINGS:
+        slices = self._slices(terms)
+        if sum(hi - lo for _, lo, hi, _ in slices) > _PRUNE_FROM_POSTINGS:
+            lists = self._stored_terms(slices)
             candidates = maxscore_candidates(lists, top_k, self.n_docs)
             if candidates is not None:
                 scores = score_candidates(lists, candidates)
                 best = top_k_positions(scores, top_k)
-                return list(zip([self.ids[p] for p in candidates[best].tolist()], scores[best].tolist()))
-        return self._top(self.score_terms(terms), top_k)
+                return self._pairs(candidates[best], scores[best])
+        return self._top(self._score_slices(slices), top_k)
+
+    def _stored_terms(self, slices: list[tuple[int, int, int, int]]) -> list[StoredTerm]:
+        """Each known query term's postings, contributions, their maximum and its query count."""
+        postings, impacts, bounds = self._postings, self.impact, self._bounds
+        return [StoredTerm(postings[lo:hi], impacts[lo:hi], bounds[t], count) for t, lo, hi, count in slices]
 
     def _term_lists(self, terms: Sequence[str]) -> list[StoredTerm]:
-        """Each known query term's postings, contributions, their maximum and its query count."""
-        ptr, postings, impacts, bounds = self._ptr, self._postings, self.impact, self._bounds
-        lists = []
-        for term, query_count in Counter(terms).items():
-            t = self.vocabulary.get(term)
-            if t is not None:
-                lo, hi = ptr[t], ptr[t + 1]
-                lists.append(StoredTerm(postings[lo:hi], impacts[lo:hi], bounds[t], query_count))
-        return lists
+        return self._stored_terms(self._slices(terms))
+
+    def _pairs(self, positions: np.ndarray, scores: np.ndarray) -> list[tuple[str, float]]:
+        ids = self.ids
+        return list(zip([ids[p] for p in positions.tolist()], scores.tolist()))
 
     def _top(self, scores: np.ndarray, top_k: int) -> list[tuple[str, float]]:
         positions = top_k_positions(scores, top_k)
-        ids = self.ids
-        return list(zip([ids[p] for p in positions.tolist()], scores[positions].tolist()))
+        return self._pairs(positions, scores[positions])
 
     def explain(self, query: str, doc_id: str) -> list[TermExplanation]:
         """Each query term's idf, tf, length norm and contribution to ``doc_id``'s score.
