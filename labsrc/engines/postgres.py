@@ -45,8 +45,8 @@ from labsrc.lanes.dense import DenseSource, Encoder, as_dense_source
 from labsrc.lanes.sparse import DEFAULT_B, DEFAULT_K1
 from labsrc.ranking import check_top_k
 from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
-from labsrc.retriever.policy import RetrievalResult
-from labsrc.trace import RetrievalTrace, StageTimer
+from labsrc.retriever.policy import RetrievalResult, lane_versions
+from labsrc.trace import StageTimer
 
 __all__ = ["ENGINE_VERSION", "PostgresRetriever"]
 
@@ -177,7 +177,6 @@ class PostgresRetriever:
     # --- the request ---------------------------------------------------------------------
 
     def versions(self, on_date: dt.date) -> dict[str, str]:
-        rrf_k = int(self.rrf_k) if float(self.rrf_k).is_integer() else self.rrf_k
         dense_index = "exact"
         if self.dense_index == "hnsw":
             params = self.store.ensure_hnsw()
@@ -185,16 +184,17 @@ class PostgresRetriever:
                 f"hnsw(m={params['m']},ef_construction={params['ef_construction']},"
                 f"ef_search={self.ef_search or 'default'},iterative_scan={self.iterative_scan or 'default'})"
             )
+        base = lane_versions(ENGINE_VERSION, self.analyzer, self.vectors, self.rrf_k, on_date)
         return {
-            "retriever": ENGINE_VERSION,
+            "retriever": base["retriever"],
             "engine": "postgres",
             "postgresql": self.store.versions["postgresql"],
             "pgvector": self.store.versions["pgvector"],
-            "index": f"policy-index/{on_date.isoformat()}",
-            "sparse": getattr(self.analyzer, "name", getattr(self.analyzer, "__name__", "custom-analyzer")),
-            "dense": self.vectors.version,
+            "index": base["index"],
+            "sparse": base["sparse"],
+            "dense": base["dense"],
             "dense_index": dense_index,
-            "fusion": f"rrf-k{rrf_k}",
+            "fusion": base["fusion"],
         }
 
     def search(
@@ -232,15 +232,9 @@ class PostgresRetriever:
                     dense = [(self._by_id[i], s) for i, s in rescore_dense(candidates, query_vector, top_k)]
         with timer.stage("fusion"):
             fused = reciprocal_rank_fusion([sparse, dense], self.rrf_k, top_k=top_k)
-        trace = RetrievalTrace(
-            versions=self.versions(on_date),
-            query_kind=query_kind,
-            sparse_ids=tuple(c.chunk_id for c, _ in sparse),
-            dense_ids=tuple(c.chunk_id for c, _ in dense),
-            fused_ids=tuple(c.chunk_id for c, _ in fused),
-            timings_ms=timer.timings_ms,
+        return RetrievalResult.from_lanes(
+            sparse, dense, fused, versions=self.versions(on_date), query_kind=query_kind, timings_ms=timer.timings_ms
         )
-        return RetrievalResult(tuple(sparse), tuple(dense), tuple(fused), trace)
 
     def __repr__(self) -> str:
         return (

@@ -12,6 +12,7 @@ from labsrc.retriever.policy import (
     PolicyRetriever,
     RetrievalResult,
     hybrid_rank,
+    lane_versions,
     retriever_for,
     trace_hybrid_request,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "PolicyRetriever",
     "RetrievalResult",
     "hybrid_rank",
+    "lane_versions",
     "mask_key",
     "retriever_for",
     "trace_hybrid_request",

@@ -28,6 +28,7 @@ __all__ = [
     "PolicyRetriever",
     "RetrievalResult",
     "hybrid_rank",
+    "lane_versions",
     "retriever_for",
     "trace_hybrid_request",
 ]
@@ -44,6 +45,28 @@ class RetrievalResult:
     fused: tuple[tuple[PolicyChunk, float], ...]
     trace: RetrievalTrace
 
+    @classmethod
+    def from_lanes(
+        cls,
+        sparse: Sequence[tuple[PolicyChunk, float]],
+        dense: Sequence[tuple[PolicyChunk, float]],
+        fused: Sequence[tuple[PolicyChunk, float]],
+        *,
+        versions: Mapping[str, str],
+        query_kind: str,
+        timings_ms: Mapping[str, float],
+    ) -> RetrievalResult:
+        """The result of one request, with its trace (ids, versions, timings; never text)."""
+        trace = RetrievalTrace(
+            versions=dict(versions),
+            query_kind=query_kind,
+            sparse_ids=tuple(c.chunk_id for c, _ in sparse),
+            dense_ids=tuple(c.chunk_id for c, _ in dense),
+            fused_ids=tuple(c.chunk_id for c, _ in fused),
+            timings_ms=dict(timings_ms),
+        )
+        return cls(tuple(sparse), tuple(dense), tuple(fused), trace)
+
     def lane_ranks(self, chunk_id: str) -> dict[str, int | None]:
         """1-based rank of ``chunk_id`` in each lane and the fused list (None if absent)."""
         out: dict[str, int | None] = {}
@@ -54,6 +77,20 @@ class RetrievalResult:
         ):
             out[lane] = ids.index(chunk_id) + 1 if chunk_id in ids else None
         return out
+
+
+def lane_versions(
+    retriever: str, analyzer: object, vectors: DenseSource, rrf_k: float, on_date: dt.date
+) -> dict[str, str]:
+    """What a trace records of the retriever, its index date, both lanes and the fusion."""
+    rrf_k = int(rrf_k) if float(rrf_k).is_integer() else rrf_k
+    return {
+        "retriever": retriever,
+        "index": f"policy-index/{on_date.isoformat()}",
+        "sparse": getattr(analyzer, "name", getattr(analyzer, "__name__", "custom-analyzer")),
+        "dense": vectors.version,
+        "fusion": f"rrf-k{rrf_k}",
+    }
 
 
 class PolicyRetriever:
@@ -103,14 +140,7 @@ class PolicyRetriever:
             raise InvalidArgument(f"unknown lane(s) in weights: {unknown}; valid lanes: ['bm25', 'dense']")
 
     def versions(self, on_date: dt.date) -> dict[str, str]:
-        rrf_k = int(self.rrf_k) if float(self.rrf_k).is_integer() else self.rrf_k
-        return {
-            "retriever": RETRIEVER_VERSION,
-            "index": f"policy-index/{on_date.isoformat()}",
-            "sparse": getattr(self.analyzer, "name", getattr(self.analyzer, "__name__", "custom-analyzer")),
-            "dense": self.vectors.version,
-            "fusion": f"rrf-k{rrf_k}",
-        }
+        return lane_versions(RETRIEVER_VERSION, self.analyzer, self.vectors, self.rrf_k, on_date)
 
     def universe(self, caller: Caller, on_date: dt.date) -> tuple[PolicyChunk, ...]:
         """The caller's permitted chunks on ``on_date``, in chunk_id order."""
@@ -142,15 +172,9 @@ class PolicyRetriever:
             if self.weights:
                 weights = [self.weights.get("bm25", 1.0), self.weights.get("dense", 1.0)]
             fused = reciprocal_rank_fusion([sparse, dense], self.rrf_k, weights=weights, top_k=top_k)
-        trace = RetrievalTrace(
-            versions=self.versions(on_date),
-            query_kind=query_kind,
-            sparse_ids=tuple(c.chunk_id for c, _ in sparse),
-            dense_ids=tuple(c.chunk_id for c, _ in dense),
-            fused_ids=tuple(c.chunk_id for c, _ in fused),
-            timings_ms=timer.timings_ms,
+        return RetrievalResult.from_lanes(
+            sparse, dense, fused, versions=self.versions(on_date), query_kind=query_kind, timings_ms=timer.timings_ms
         )
-        return RetrievalResult(tuple(sparse), tuple(dense), tuple(fused), trace)
 
 
 _RETRIEVERS: LRUCache[tuple[Sequence[PolicyChunk], PolicyRetriever]] = LRUCache(maxsize=4)
