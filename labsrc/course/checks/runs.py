@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from itertools import pairwise
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from labsrc.course.checks.evidence import chunk_text_in, hidden_ids_in
@@ -49,6 +49,22 @@ def rrf_of_ranks(ranks: Sequence[int | None], rrf_k: float) -> float:
 
 def _outcomes_by_name(run: GateRun) -> dict[str, CaseOutcome]:
     return {o.case.name: o for o in run.outcomes}
+
+
+def _entries(
+    items: Sequence[Any], outcomes: Mapping[str, CaseOutcome], out: Collector, noun: str
+) -> Iterator[tuple[str, CaseOutcome, Mapping[str, Any]]]:
+    """``(case name, its outcome, the entry)`` for each dict naming a case of the run; a problem for the rest."""
+    for index, item in enumerate(items, start=1):
+        if not isinstance(item, Mapping):
+            out.problem(f"{noun} #{index} is a {type(item).__name__}, not a dict")
+            continue
+        name = item.get("case")
+        outcome = outcomes.get(name) if isinstance(name, str) else None
+        if outcome is None:
+            out.problem(f"{noun} #{index} names no case of the run (its 'case' is {name!r})")
+            continue
+        yield name, outcome, item
 
 
 def _text_and_hidden(out: Collector, label: str, value: Any, outcome: CaseOutcome, chunks, who, run: GateRun,
@@ -126,15 +142,7 @@ def check_failed_traces(
     lacking = [name for name in failed if name not in named]
     if failed:
         out.check(not lacking, f"a trace for each of the {len(failed)} failed case(s)", f"no trace for failed case(s) {lacking}")
-    for index, trace in enumerate(traces, start=1):
-        if not isinstance(trace, Mapping):
-            out.problem(f"trace #{index} is a {type(trace).__name__}, not a dict")
-            continue
-        name = trace.get("case")
-        outcome = outcomes.get(name) if isinstance(name, str) else None
-        if outcome is None:
-            out.problem(f"trace #{index} names no case of the run (its 'case' is {name!r})")
-            continue
+    for name, outcome, trace in _entries(traces, outcomes, out, "trace"):
         label = f"trace for case {name!r}"
         if outcome.passed:
             out.problem(f"{label}: that case passed; keep traces for failed cases only", kind="traces of passed cases")
@@ -228,15 +236,7 @@ def check_candidates_artifact(
     named = [r.get("case") for r in records if isinstance(r, Mapping)]
     lacking = [name for name in outcomes if name not in named]
     out.check(not lacking, f"a record for each of the {len(outcomes)} cases", f"no candidate record for case(s) {lacking}")
-    for index, record in enumerate(records, start=1):
-        if not isinstance(record, Mapping):
-            out.problem(f"record #{index} is a {type(record).__name__}, not a dict")
-            continue
-        name = record.get("case")
-        outcome = outcomes.get(name) if isinstance(name, str) else None
-        if outcome is None:
-            out.problem(f"record #{index} names no case of the run (its 'case' is {name!r})")
-            continue
+    for name, outcome, record in _entries(records, outcomes, out, "record"):
         label = f"case {name!r}"
         candidates = record.get("candidates")
         if not isinstance(candidates, list):
