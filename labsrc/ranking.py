@@ -10,7 +10,7 @@ import numpy as np
 
 from labsrc.errors import InvalidArgument
 
-__all__ = ["block_max_threshold", "check_top_k", "top_k_positions"]
+__all__ = ["block_max_threshold", "check_top_k", "top_k_entries", "top_k_positions"]
 
 
 def check_top_k(top_k: object, name: str = "top_k") -> int:
@@ -20,6 +20,10 @@ def check_top_k(top_k: object, name: str = "top_k") -> int:
     if top_k <= 0:
         raise InvalidArgument(f"{name} must be > 0, got {top_k}")
     return int(top_k)
+
+
+#: The smallest positive float64, so ``scores >= _SMALLEST_POSITIVE`` is exactly ``scores > 0``.
+_SMALLEST_POSITIVE = float(np.nextafter(0.0, 1.0))
 
 
 def block_max_threshold(scores: np.ndarray, top_k: int) -> float:
@@ -36,23 +40,31 @@ def block_max_threshold(scores: np.ndarray, top_k: int) -> float:
     rows = scores.size // blocks
     if rows < 2:
         return float("-inf")
-    maxima = scores[: rows * blocks].reshape(rows, blocks).max(axis=0)
-    return float(np.partition(maxima, blocks - top_k)[blocks - top_k])
+    maxima = scores[: rows * blocks].reshape(rows, blocks).max(0)
+    maxima.partition(blocks - top_k)  # in place: maxima is a fresh array
+    return float(maxima[blocks - top_k])
 
 
-def top_k_positions(scores: np.ndarray, top_k: int) -> np.ndarray:
-    """Positions of the ``top_k`` best *positive* scores, by (score desc, position asc).
+def top_k_entries(scores: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and values of the ``top_k`` best *positive* scores, by (score desc, position asc).
 
     Never sorts the whole array. :func:`block_max_threshold` gives a score τ that
     the k-th best is at least; only the scores >= τ (and > 0) are candidates,
     usually a few times ``top_k``, and only they are sorted. Candidates tied with
     the k-th score are all kept before sorting, so the cut is exact.
     """
-    threshold = block_max_threshold(scores, top_k)
-    candidates = np.flatnonzero(scores >= threshold) if threshold > 0 else np.flatnonzero(scores > 0)
+    floor = block_max_threshold(scores, top_k)
+    # ``.nonzero()[0]`` rather than ``np.flatnonzero``: the same positions, one Python call fewer.
+    candidates = (scores >= (floor if floor > 0 else _SMALLEST_POSITIVE)).nonzero()[0]
+    values = scores[candidates]
     if candidates.size > 4 * top_k:
-        values = scores[candidates]
         kth_largest = np.partition(values, values.size - top_k)[values.size - top_k]
-        candidates = candidates[values >= kth_largest]
-    order = np.lexsort((candidates, -scores[candidates]))
-    return candidates[order][:top_k]
+        keep = values >= kth_largest
+        candidates, values = candidates[keep], values[keep]
+    order = np.lexsort((candidates, -values))[:top_k]
+    return candidates[order], values[order]
+
+
+def top_k_positions(scores: np.ndarray, top_k: int) -> np.ndarray:
+    """Positions of the ``top_k`` best *positive* scores, by (score desc, position asc)."""
+    return top_k_entries(scores, top_k)[0]

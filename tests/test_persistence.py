@@ -24,7 +24,7 @@ def test_round_trip_gives_identical_scores(tmp_path, mmap):
     loaded = load_bm25_index(tmp_path / "idx", mmap=mmap)
     assert loaded.ids == index.ids and loaded.vocabulary == index.vocabulary
     assert (loaded.k1, loaded.b, loaded.avgdl) == (0.5, 0.6, index.avgdl)
-    assert isinstance(loaded.doc_pos, np.memmap) is mmap
+    assert isinstance(loaded.doc_pos.base, np.memmap) is mmap  # a row of the packed postings, mapped
     for query in QUERIES:
         assert np.array_equal(loaded.score_all(query), index.score_all(query))
         assert loaded.search(query, 3) == index.search(query, 3)
@@ -96,3 +96,24 @@ def test_loading_a_1000_document_index_is_fast(tmp_path):
     print(f"load 1000 docs: {elapsed * 1000:.1f} ms")
     assert elapsed < 2.0
     assert loaded.search("term5 term77", 5) == index.search("term5 term77", 5)
+
+
+def test_an_index_saved_in_format_2_still_loads(tmp_path):
+    # Format 2 kept positions and impacts in two files; loading packs them in memory.
+    index = labsrc.BM25Index.build(DOCS, k1=0.9, b=0.4)
+    save_bm25_index(index, tmp_path)
+    postings = np.load(tmp_path / "postings.npy")
+    (tmp_path / "postings.npy").unlink()
+    np.save(tmp_path / "doc_pos.npy", postings[0])
+    np.save(tmp_path / "impact.npy", postings[1].view(np.float64))
+    params = json.loads((tmp_path / "params.json").read_text(encoding="utf-8"))
+    params["format"]["version"] = 2
+    params["dtypes"] = {**{k: v for k, v in params["dtypes"].items() if k != "postings"}, "doc_pos": "<i8", "impact": "<f8"}
+    (tmp_path / "params.json").write_text(json.dumps(params), encoding="utf-8")
+    loaded = load_bm25_index(tmp_path)
+    for query in QUERIES:
+        assert np.array_equal(loaded.score_all(query), index.score_all(query))
+    params["format"]["version"] = 1
+    (tmp_path / "params.json").write_text(json.dumps(params), encoding="utf-8")
+    with pytest.raises(labsrc.InvalidRecord, match="unsupported index format"):
+        load_bm25_index(tmp_path)

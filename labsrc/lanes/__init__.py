@@ -6,11 +6,11 @@ the persisted BM25 index.
 """
 
 from labsrc.lanes.analysis import (
-    Analyzer,
     LESSON_STOPWORDS,
     LESSON_TOKEN_PATTERN,
     LUCENE_ENGLISH_STOPWORDS,
     PROSE_TOKEN_PATTERN,
+    Analyzer,
     english_analyzer,
     lesson_analyzer,
     tokens,
@@ -89,6 +89,12 @@ from labsrc.lanes.persistence import (
     load_bm25_index,
     save_bm25_index,
 )
+from labsrc.lanes.postings import (
+    TermColumns,
+    pack_postings,
+    score_columns,
+    term_columns,
+)
 from labsrc.lanes.sparse import (
     BM25Index,
     bm25_rank,
@@ -134,6 +140,7 @@ __all__ = [
     "SentenceTransformerEncoder",
     "StoredEmbeddings",
     "StoredTerm",
+    "TermColumns",
     "TermExplanation",
     "UniverseStats",
     "VectorDirectory",
@@ -167,12 +174,15 @@ __all__ = [
     "missing_query_vectors",
     "missing_vectors_note",
     "no_vector_hint",
+    "pack_postings",
     "query_lookup",
     "read_id_list",
     "read_queries",
     "save_bm25_index",
     "score_candidates",
+    "score_columns",
     "sparse_index_for",
+    "term_columns",
     "texts_digest",
     "tokens",
     "universe_stats",

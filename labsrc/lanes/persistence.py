@@ -8,9 +8,10 @@ as queries touch them instead of reading the whole index up front.
 =====================  ===============================================================
 ``doc_len.npy``        float64 [N]: analysed length of each document (sorted by id)
 ``ptr.npy``            int64 [V + 1]: term t's postings are ``ptr[t]:ptr[t+1]``
-``doc_pos.npy``        int64 [P]: document position of each posting
+``postings.npy``       int64 [2, P]: the packed postings (:mod:`labsrc.lanes.postings`): row 0 the
+                       document position of each posting, row 1 its BM25 contribution (float64
+                       bits, read back with ``view``), so loading computes nothing
 ``tf.npy``             float64 [P]: term frequency of each posting
-``impact.npy``         float64 [P]: each posting's BM25 contribution, so loading computes nothing
 ``ids.json``           the N document ids, in position order
 ``vocabulary.json``    the V terms, in term-id order
 ``params.json``        format version, k1, b, sizes, and the analyzer's description
@@ -44,11 +45,12 @@ from labsrc.records.loading import load_json
 __all__ = ["INDEX_FORMAT", "analyzer_from_description", "describe_analyzer", "load_bm25_index", "save_bm25_index"]
 
 #: Written into params.json; bumped whenever the layout changes.
-INDEX_FORMAT = {"name": "labsrc-bm25-index", "version": 2}
+INDEX_FORMAT = {"name": "labsrc-bm25-index", "version": 3}
 
 #: The arrays saved as .npy, and the NumPy kinds each may have ("f" float, "i"/"u" integer).
-# impact (version 2) is each posting's BM25 contribution, saved so that loading computes nothing.
-_ARRAYS = {"doc_len": "fiu", "ptr": "iu", "doc_pos": "iu", "tf": "fiu", "impact": "f"}
+# Version 3 keeps the packed postings in one file; version 2 (still read) kept doc_pos and impact apart.
+_ARRAYS = {"doc_len": "fiu", "ptr": "iu", "tf": "fiu", "postings": "i"}
+_ARRAYS_V2 = {"doc_len": "fiu", "ptr": "iu", "doc_pos": "iu", "tf": "fiu", "impact": "f"}
 
 
 def _analyzer_fields() -> list[dataclasses.Field[Any]]:
@@ -112,7 +114,7 @@ def save_bm25_index(index: BM25Index, directory: str | Path) -> Path:
     dtypes = {}
     for name in _ARRAYS:
         # Saved in the index's own dtype: a float32 -> float64 round trip could change scores.
-        array = np.ascontiguousarray(getattr(index, name))
+        array = np.ascontiguousarray(index._packed if name == "postings" else getattr(index, name))
         np.save(directory / f"{name}.npy", array, allow_pickle=False)
         dtypes[name] = array.dtype.str
     terms = [""] * len(index.vocabulary)
@@ -134,17 +136,15 @@ def save_bm25_index(index: BM25Index, directory: str | Path) -> Path:
     return directory
 
 
-def _load_array(path: Path, dtype: np.dtype, length: int, mmap: bool) -> np.ndarray:
+def _load_array(path: Path, dtype: np.dtype, shape: tuple[int, ...], mmap: bool) -> np.ndarray:
     try:
         array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except FileNotFoundError as exc:
         raise InvalidRecord("missing file of a saved BM25 index", path=path) from exc
     except (ValueError, OSError, EOFError) as exc:
         raise InvalidRecord(f"not a valid .npy array: {exc}", path=path) from exc
-    if array.dtype != np.dtype(dtype) or array.shape != (length,):
-        raise InvalidRecord(
-            f"expected {np.dtype(dtype)} of shape ({length},), found {array.dtype} of shape {array.shape}", path=path
-        )
+    if array.dtype != np.dtype(dtype) or array.shape != shape:
+        raise InvalidRecord(f"expected {np.dtype(dtype)} of shape {shape}, found {array.dtype} of shape {array.shape}", path=path)
     return array
 
 
@@ -168,7 +168,9 @@ def _param_number(params: dict[str, Any], field: str, path: Path, *, integer: bo
 def load_bm25_index(directory: str | Path, mmap: bool = True) -> BM25Index:
     """Load an index written by :func:`save_bm25_index`; it scores exactly as the saved one.
 
-    With ``mmap=True`` the four arrays are read-only memory maps of the files.
+    With ``mmap=True`` the arrays are read-only memory maps of the files. An index
+    saved in format version 2 (positions and impacts in two files) loads too; its
+    postings are packed in memory on load.
     """
     directory = Path(directory)
     params_path = directory / "params.json"
@@ -177,7 +179,8 @@ def load_bm25_index(directory: str | Path, mmap: bool = True) -> BM25Index:
     params = load_json(params_path)
     if not isinstance(params, dict):
         raise InvalidRecord("expected a JSON object", path=params_path)
-    if params.get("format") != INDEX_FORMAT:
+    version_2 = params.get("format") == {**INDEX_FORMAT, "version": 2}
+    if params.get("format") != INDEX_FORMAT and not version_2:
         raise InvalidRecord(f"unsupported index format {params.get('format')!r}; expected {INDEX_FORMAT}", path=params_path, field="format")
     n_docs = _param_number(params, "n_docs", params_path, integer=True)
     n_terms = _param_number(params, "n_terms", params_path, integer=True)
@@ -186,18 +189,21 @@ def load_bm25_index(directory: str | Path, mmap: bool = True) -> BM25Index:
     b = _param_number(params, "b", params_path)
     analyzer = analyzer_from_description(params.get("analyzer"), path=params_path)
     dtypes = params.get("dtypes")
-    if not isinstance(dtypes, dict) or set(dtypes) != set(_ARRAYS):
-        raise InvalidRecord(f"must name the dtype of each of {sorted(_ARRAYS)}", path=params_path, field="dtypes")
-    lengths = {"doc_len": n_docs, "ptr": n_terms + 1, "doc_pos": n_postings, "tf": n_postings, "impact": n_postings}
+    expected = _ARRAYS_V2 if version_2 else _ARRAYS
+    if not isinstance(dtypes, dict) or set(dtypes) != set(expected):
+        raise InvalidRecord(f"must name the dtype of each of {sorted(expected)}", path=params_path, field="dtypes")
+    shapes = {"doc_len": (n_docs,), "ptr": (n_terms + 1,), "postings": (2, n_postings)}
     arrays = {}
-    for name, kinds in _ARRAYS.items():
+    for name, kinds in expected.items():
         try:
             dtype = np.dtype(dtypes[name])
         except TypeError as exc:
             raise InvalidRecord(f"invalid dtype {dtypes[name]!r} for {name}", path=params_path, field="dtypes") from exc
         if dtype.kind not in kinds:
             raise InvalidRecord(f"{name} must be numeric, not {dtype}", path=params_path, field="dtypes")
-        arrays[name] = _load_array(directory / f"{name}.npy", dtype, lengths[name], mmap)
+        if name == "postings" and dtype != np.int64:
+            raise InvalidRecord(f"postings must be int64, not {dtype}", path=params_path, field="dtypes")
+        arrays[name] = _load_array(directory / f"{name}.npy", dtype, shapes.get(name, (n_postings,)), mmap)
     if arrays["ptr"][0] != 0 or arrays["ptr"][-1] != n_postings:
         raise InvalidRecord(f"ptr must run from 0 to {n_postings}", path=directory / "ptr.npy")
     ids = _string_list(directory / "ids.json", n_docs)
@@ -210,10 +216,11 @@ def load_bm25_index(directory: str | Path, mmap: bool = True) -> BM25Index:
         arrays["doc_len"],
         vocabulary,
         arrays["ptr"],
-        arrays["doc_pos"],
+        arrays["doc_pos"] if version_2 else arrays["postings"][0],
         arrays["tf"],
         analyzer=analyzer,
         k1=k1,
         b=b,
-        impact=arrays["impact"],
+        impact=arrays.get("impact"),
+        packed=arrays.get("postings"),
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
+from operator import itemgetter
 
 import numpy as np
 
@@ -34,13 +35,21 @@ from labsrc.lanes.bm25 import (
     length_norm,
 )
 from labsrc.lanes.maxscore import StoredTerm, maxscore_candidates, score_candidates
-from labsrc.ranking import check_top_k, top_k_positions
+from labsrc.lanes.postings import (
+    TermColumns,
+    pack_postings,
+    score_columns,
+    term_columns,
+)
+from labsrc.ranking import check_top_k, top_k_entries
 from labsrc.records.policy import PolicyChunk, chunk_lookup
 
 __all__ = ["BM25Index", "bm25_rank", "explain", "sparse_index_for"]
 
 #: Below this many postings a query is scored exhaustively: pruning's bookkeeping would cost more.
 _PRUNE_FROM_POSTINGS = 20_000
+#: Below this many documents the dense score array is so cheap that pruning never paid (SciFact, 5,183).
+_PRUNE_FROM_DOCS = 20_000
 
 # --- the inverted index -------------------------------------------------------------
 
@@ -54,8 +63,9 @@ class BM25Index:
 
     Each posting also carries its precomputed *impact*, the term's whole BM25
     contribution to that document, ``bm25_term_score(idf[t], tf, norm[d], k1)``.
-    Nothing in it depends on the query, so a query only adds impacts: one NumPy
-    scatter-add per query term, then a partial sort for the top k. The arithmetic
+    Nothing in it depends on the query, so a query only adds impacts: one gather
+    of its terms' packed postings and one scatter-add (:mod:`labsrc.lanes.postings`),
+    then a partial sort for the top k. The arithmetic
     is the same expression the readable reference evaluates, so the scores match
     :func:`brute_force_bm25` (the tests check it).
     """
@@ -73,13 +83,13 @@ class BM25Index:
         k1: float,
         b: float,
         impact: np.ndarray | None = None,
+        packed: np.ndarray | None = None,
     ) -> None:
         check_params(k1, b)
         self.ids: tuple[str, ...] = tuple(ids)
         self.doc_len = doc_len
         self.vocabulary = vocabulary
         self.ptr = ptr
-        self.doc_pos = doc_pos
         self.tf = tf
         self.analyzer = analyzer
         self.k1 = float(k1)
@@ -91,17 +101,22 @@ class BM25Index:
         # The length norm depends only on the document; compute it once per index.
         self.norm = length_norm(doc_len, self.avgdl, self.b) if self.avgdl > 0 else np.ones(self.n_docs)
         # Query-independent impacts, one per posting: idf(t) · saturated tf (see the class docstring).
-        # A saved index passes its stored impacts (memory-mapped) instead of recomputing them.
-        if impact is None:
-            impact = bm25_term_score(np.repeat(self.idf, df), tf, self.norm[doc_pos], self.k1)
-        elif impact.shape != tf.shape:
-            raise InvalidArgument(f"impact has shape {impact.shape}; the postings have {tf.shape}")
-        self.impact = np.asarray(impact, dtype=np.float64)
-        if self.impact.flags.writeable:
-            self.impact.setflags(write=False)
+        # A saved index passes its stored postings (memory-mapped) instead of recomputing them.
+        if packed is None:
+            if impact is None:
+                impact = bm25_term_score(np.repeat(self.idf, df), tf, self.norm[doc_pos], self.k1)
+            elif impact.shape != tf.shape:
+                raise InvalidArgument(f"impact has shape {impact.shape}; the postings have {tf.shape}")
+            packed = pack_postings(doc_pos, impact)
+        elif packed.shape != (2, tf.size) or packed.dtype != np.int64:
+            raise InvalidArgument(f"packed postings must be int64 of shape (2, {tf.size}), not {packed.dtype} {packed.shape}")
+        # Documents and impacts side by side (labsrc.lanes.postings); the public arrays are its rows.
+        self._packed = packed
+        self.doc_pos = self._postings = packed[0]
+        self.impact = packed[1].view(np.float64)
         # Plain-Python copies for the per-query hot path: indexing a list is cheaper than a NumPy scalar.
         self._ptr = [int(x) for x in ptr]
-        self._postings = np.asarray(doc_pos, dtype=np.intp)
+        self._columns = TermColumns(packed, vocabulary, self._ptr)
         # Each term's largest contribution: MaxScore's upper bound (every term has a posting).
         self._bounds = np.maximum.reduceat(self.impact, ptr[:-1]).tolist() if self.impact.size else []
 
@@ -211,28 +226,14 @@ class BM25Index:
         """
         if isinstance(terms, str):
             raise InvalidArgument("score_terms takes a list of terms; use score_all for query text")
-        return self._score_slices(self._slices(terms))
+        return score_columns(*term_columns(self._columns, terms), self.n_docs)
 
     def _slices(self, terms: Sequence[str]) -> list[tuple[int, int, int, int]]:
         """``(term id, start, end, query count)`` of each known query term, in first-occurrence order."""
         ptr, vocabulary = self._ptr, self.vocabulary
-        return [
-            (t, ptr[t], ptr[t + 1], count)
-            for term, count in Counter(terms).items()
-            if (t := vocabulary.get(term)) is not None
-        ]
-
-    def _score_slices(self, slices: list[tuple[int, int, int, int]]) -> np.ndarray:
-        postings, impacts = self._postings, self.impact
-        if not slices:
-            return np.zeros(self.n_docs, dtype=np.float64)
-        weights = [impacts[lo:hi] if count == 1 else count * impacts[lo:hi] for _, lo, hi, count in slices]
-        if len(slices) == 1:
-            scores = np.zeros(self.n_docs, dtype=np.float64)
-            scores[postings[slices[0][1] : slices[0][2]]] = weights[0]  # a term's postings hold each document once
-            return scores
-        docs = np.concatenate([postings[lo:hi] for _, lo, hi, _ in slices])
-        return np.bincount(docs, np.concatenate(weights), minlength=self.n_docs)
+        distinct = dict.fromkeys(terms)  # first-occurrence order, as Counter keeps it
+        counts = Counter(terms) if len(distinct) < len(terms) else dict.fromkeys(distinct, 1)
+        return [(t, ptr[t], ptr[t + 1], count) for term, count in counts.items() if (t := vocabulary.get(term)) is not None]
 
     def search(self, query: str, top_k: int) -> list[tuple[str, float]]:
         """The ``top_k`` ``(id, score)`` pairs with score > 0, by (score desc, id asc)."""
@@ -247,20 +248,41 @@ class BM25Index:
         Large queries are pruned with MaxScore (:mod:`labsrc.lanes.maxscore`):
         the result is exactly exhaustive scoring's top ``top_k``, ids and scores.
         """
+        return self._pairs(*self.top_positions(terms, top_k))
+
+    def top_positions(self, terms: Sequence[str], top_k: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search_terms` as two arrays: the documents' positions (index into :attr:`ids`) and scores.
+
+        This is what the ids are looked up from; batch evaluation and the
+        benchmark use it directly, as bm25s returns positions rather than ids.
+        """
         top_k = check_top_k(top_k)
-        if self.n_docs == 0:
-            return []
         if isinstance(terms, str):
-            raise InvalidArgument("search_terms takes a list of terms; use search for query text")
-        slices = self._slices(terms)
-        if sum(hi - lo for _, lo, hi, _ in slices) > _PRUNE_FROM_POSTINGS:
-            lists = self._stored_terms(slices)
+            raise InvalidArgument("top_positions takes a list of terms; use search for query text")
+        return self._top_arrays(terms, top_k)
+
+    def top_positions_many(
+        self, queries: Iterable[Sequence[str]], top_k: int
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`top_positions` for each analysed query in ``queries``, in order (the arguments checked once)."""
+        top_k = check_top_k(top_k)
+        queries = list(queries)
+        for i, terms in enumerate(queries):
+            if isinstance(terms, str):
+                raise InvalidArgument(f"query {i} is one string; top_positions_many takes lists of terms")
+        return [self._top_arrays(terms, top_k) for terms in queries]
+
+    def _top_arrays(self, terms: Sequence[str], top_k: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.n_docs == 0:
+            return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float64)
+        blocks, counts = term_columns(self._columns, terms)
+        if self.n_docs >= _PRUNE_FROM_DOCS and sum(block.shape[1] for block in blocks) > _PRUNE_FROM_POSTINGS:
+            lists = self._term_lists(terms)
             candidates = maxscore_candidates(lists, top_k, self.n_docs)
             if candidates is not None:
-                scores = score_candidates(lists, candidates)
-                best = top_k_positions(scores, top_k)
-                return self._pairs(candidates[best], scores[best])
-        return self._top(self._score_slices(slices), top_k)
+                positions, scores = top_k_entries(score_candidates(lists, candidates), top_k)
+                return candidates[positions], scores
+        return top_k_entries(score_columns(blocks, counts, self.n_docs), top_k)
 
     def _stored_terms(self, slices: list[tuple[int, int, int, int]]) -> list[StoredTerm]:
         """Each known query term's postings, contributions, their maximum and its query count."""
@@ -271,12 +293,13 @@ class BM25Index:
         return self._stored_terms(self._slices(terms))
 
     def _pairs(self, positions: np.ndarray, scores: np.ndarray) -> list[tuple[str, float]]:
-        ids = self.ids
-        return list(zip([ids[p] for p in positions.tolist()], scores.tolist()))
+        if positions.size == 1:
+            return [(self.ids[int(positions[0])], float(scores[0]))]
+        # itemgetter(*many) looks all the ids up in one call (it returns a tuple for two or more).
+        return list(zip(itemgetter(*positions.tolist())(self.ids), scores.tolist())) if positions.size else []
 
     def _top(self, scores: np.ndarray, top_k: int) -> list[tuple[str, float]]:
-        positions = top_k_positions(scores, top_k)
-        return self._pairs(positions, scores[positions])
+        return self._pairs(*top_k_entries(scores, top_k))
 
     def explain(self, query: str, doc_id: str) -> list[TermExplanation]:
         """Each query term's idf, tf, length norm and contribution to ``doc_id``'s score.
