@@ -5,7 +5,9 @@ word types); queries have 3-8 tokens drawn from the same distribution, so
 they contain common words, as real queries do. Every library gets the same
 token lists, top-10, one thread. Rows:
 
-* ``labsrc index``: :class:`labsrc.lanes.BM25Index` over the whole corpus;
+* ``labsrc index``: :class:`labsrc.lanes.BM25Index` over the whole corpus, the query
+  batch through ``top_positions_many`` (positions and scores as arrays, as bm25s returns);
+* ``labsrc index, ids``: the same index, one ``search_terms`` call per query, ``(id, score)`` pairs;
 * ``labsrc permitted``: :class:`labsrc.lanes.permitted.PermittedBM25`, the same
   index scored with per-request statistics (here every document is permitted);
 * ``bm25s numba``: bm25s with ``backend="numba"``, ``n_threads=0`` and numba pinned
@@ -99,7 +101,8 @@ def measure(n_docs: int, n_queries: int, top_k: int, repeats: int) -> dict[str, 
     for backend in engines:  # the first numba call compiles; keep it out of the timings
         bm25s_run(backend)()
     seconds = {
-        "labsrc index": best_of(repeats, lambda: [index.search_terms(q, top_k) for q in queries]),
+        "labsrc index": best_of(repeats, lambda: index.top_positions_many(queries, top_k)),
+        "labsrc index, ids": best_of(repeats, lambda: [index.search_terms(q, top_k) for q in queries]),
         "labsrc permitted": best_of(repeats, lambda: [permitted.search_terms(q, everything, top_k) for q in queries]),
         "bm25s numba": best_of(repeats, bm25s_run("numba")),
         "bm25s numpy": best_of(repeats, bm25s_run("numpy")),
@@ -109,7 +112,8 @@ def measure(n_docs: int, n_queries: int, top_k: int, repeats: int) -> dict[str, 
         exhaustive = index.score_terms(q)
         order = np.lexsort((np.arange(n_docs), -exhaustive))[:top_k]
         expected = [(ids[p], float(exhaustive[p])) for p in order if exhaustive[p] > 0]
-        if index.search_terms(q, top_k) != expected:
+        positions, scores = index.top_positions(q, top_k)
+        if index.search_terms(q, top_k) != expected or [(ids[p], s) for p, s in zip(positions, scores)] != expected:
             raise SystemExit("labsrc's top-k differs from exhaustive scoring")
     # A persisted shared index: save, then load memory-mapped, with identical results.
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 STYLE = {
     "labsrc index": ("#4c72b0", "o", "-"),
+    "labsrc index, ids": ("#4c72b0", "D", ":"),
     "labsrc permitted": ("#4c72b0", "s", "--"),
     "bm25s numba": ("#dd8452", "^", "-"),
     "bm25s numpy": ("#dd8452", "v", "--"),

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labsrc.lanes import BM25Index
+from labsrc.lanes import BM25Index, sparse
 from labsrc.lanes.maxscore import maxscore_candidates, score_candidates
-from labsrc.ranking import block_max_threshold, top_k_positions
+from labsrc.ranking import block_max_threshold, top_k_entries, top_k_positions
 
 
 def exhaustive_top(index: BM25Index, terms: list[str], k: int) -> list[tuple[str, float]]:
@@ -38,6 +40,13 @@ def test_pruned_search_equals_exhaustive_scoring(seed, k, words):
         assert [(index.ids[p], float(s)) for p, s in zip(candidates[best], scores[best])] == truth
         assert set(truth) <= {(index.ids[p], float(s)) for p, s in zip(candidates, scores)}
     assert index.search_terms(query, k) == truth
+    # The index prunes only from 20,000 documents; lowered, this corpus takes the pruned path.
+    with mock.patch.object(sparse, "_PRUNE_FROM_DOCS", 0), mock.patch.object(sparse, "_PRUNE_FROM_POSTINGS", 500):
+        with mock.patch.object(sparse, "maxscore_candidates", wraps=maxscore_candidates) as spy:
+            assert index.search_terms(query, k) == truth
+            positions, scores = index.top_positions(query, k)
+        assert spy.called
+    assert [(index.ids[p], s) for p, s in zip(positions.tolist(), scores.tolist())] == truth
 
 
 def test_common_words_are_not_scanned():
@@ -68,3 +77,11 @@ def test_top_k_positions_breaks_ties_by_position(size):
     for k in (1, 5, 60):
         expected = [p for p in np.lexsort((np.arange(size), -scores)) if scores[p] > 0][:k]
         assert top_k_positions(scores, k).tolist() == expected
+
+
+def test_top_k_entries_returns_the_scores_of_the_positions():
+    scores = np.array([0.5, 0.9, 0.0, 0.9, -1.0, 0.7])
+    positions, values = top_k_entries(scores, 3)
+    assert positions.tolist() == [1, 3, 5] and values.tolist() == [0.9, 0.9, 0.7]
+    positions, values = top_k_entries(scores[:0], 3)
+    assert positions.size == values.size == 0

@@ -186,3 +186,32 @@ def test_scores_match_bm25s_lucene():
         # of Robertson's formula; it rescales every score equally and leaves ranks alone.
         order = [index.ids.index(f"d{i:03d}") for i in range(len(corpus))]
         np.testing.assert_allclose(ours[order], theirs * (1.2 + 1), rtol=1e-6, atol=1e-9)
+
+
+# --- arrays of positions ----------------------------------------------------------------
+
+
+def test_top_positions_are_search_terms_before_the_ids_are_looked_up():
+    rng = random.Random(7)
+    docs = [(f"d{i:03d}", " ".join(rng.choices(WORDS, k=rng.randint(1, 12)))) for i in range(300)]
+    index = BM25Index.build(docs)
+    queries = [[rng.choice(WORDS) for _ in range(rng.randint(1, 6))] + ["absent"] for _ in range(40)]
+    many = index.top_positions_many(queries, 7)
+    for terms, (positions, scores) in zip(queries, many):
+        assert positions.dtype.kind == "i" and scores.dtype == np.float64
+        assert [(index.ids[p], s) for p, s in zip(positions.tolist(), scores.tolist())] == index.search_terms(terms, 7)
+        single_positions, single_scores = index.top_positions(terms, 7)
+        assert np.array_equal(single_positions, positions) and np.array_equal(single_scores, scores)
+    assert index.top_positions(["absent"], 3)[0].size == 0
+
+
+def test_top_positions_refuse_text_and_bad_k():
+    index = BM25Index.build([("a", "refund")])
+    with pytest.raises(labsrc.InvalidArgument, match="list of terms"):
+        index.top_positions("refund", 1)
+    with pytest.raises(labsrc.InvalidArgument, match="query 1 is one string"):
+        index.top_positions_many([["refund"], "refund"], 1)
+    with pytest.raises(labsrc.InvalidArgument, match="top_k"):
+        index.top_positions_many([["refund"]], 0)
+    empty = BM25Index.build([])
+    assert [p.size for p, _ in empty.top_positions_many([["refund"]], 2)] == [0]

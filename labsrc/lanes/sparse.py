@@ -270,19 +270,23 @@ class BM25Index:
         for i, terms in enumerate(queries):
             if isinstance(terms, str):
                 raise InvalidArgument(f"query {i} is one string; top_positions_many takes lists of terms")
-        return [self._top_arrays(terms, top_k) for terms in queries]
+        if self.n_docs >= _PRUNE_FROM_DOCS:
+            return [self._top_arrays(terms, top_k) for terms in queries]
+        columns, n_docs = self._columns, self.n_docs  # a small corpus: always exhaustive, so call it directly
+        return [top_k_entries(score_columns(*term_columns(columns, terms), n_docs), top_k) for terms in queries]
 
     def _top_arrays(self, terms: Sequence[str], top_k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.n_docs == 0:
             return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float64)
-        blocks, counts = term_columns(self._columns, terms)
-        if self.n_docs >= _PRUNE_FROM_DOCS and sum(block.shape[1] for block in blocks) > _PRUNE_FROM_POSTINGS:
-            lists = self._term_lists(terms)
-            candidates = maxscore_candidates(lists, top_k, self.n_docs)
-            if candidates is not None:
-                positions, scores = top_k_entries(score_candidates(lists, candidates), top_k)
-                return candidates[positions], scores
-        return top_k_entries(score_columns(blocks, counts, self.n_docs), top_k)
+        if self.n_docs >= _PRUNE_FROM_DOCS:
+            slices = self._slices(terms)
+            if sum(hi - lo for _, lo, hi, _ in slices) > _PRUNE_FROM_POSTINGS:
+                lists = self._stored_terms(slices)
+                candidates = maxscore_candidates(lists, top_k, self.n_docs)
+                if candidates is not None:
+                    positions, scores = top_k_entries(score_candidates(lists, candidates), top_k)
+                    return candidates[positions], scores
+        return top_k_entries(score_columns(*term_columns(self._columns, terms), self.n_docs), top_k)
 
     def _stored_terms(self, slices: list[tuple[int, int, int, int]]) -> list[StoredTerm]:
         """Each known query term's postings, contributions, their maximum and its query count."""
