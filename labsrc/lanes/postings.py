@@ -60,8 +60,12 @@ def term_columns(columns: TermColumns, terms: Sequence[str]) -> tuple[list[np.nd
     distinct = dict.fromkeys(terms)
     if len(distinct) == len(terms):
         return [block for block in map(columns.__getitem__, distinct) if block is not None], None
-    found = [(columns[term], count) for term, count in Counter(terms).items()]
-    return [block for block, _ in found if block is not None], [count for block, count in found if block is not None]
+    blocks, counts = [], []
+    for term, count in Counter(terms).items():
+        if (block := columns[term]) is not None:
+            blocks.append(block)
+            counts.append(count)
+    return blocks, counts
 
 
 def score_columns(blocks: list[np.ndarray], counts: list[int] | None, n_docs: int) -> np.ndarray:
@@ -73,10 +77,12 @@ def score_columns(blocks: list[np.ndarray], counts: list[int] | None, n_docs: in
     """
     if not blocks:
         return np.zeros(n_docs, dtype=np.float64)
-    gathered = np.concatenate(blocks, axis=1) if len(blocks) > 1 else blocks[0]
+    if len(blocks) > 1:
+        gathered = np.concatenate(blocks, axis=1)  # a fresh array: the counts may scale it in place
+    else:
+        gathered = blocks[0] if counts is None else blocks[0].copy()  # never scale the index's own view
     impacts = gathered[1].view(np.float64)
-    if counts is not None and any(count != 1 for count in counts):
-        impacts = impacts.copy()  # a single block is a view of the index
+    if counts is not None:  # some query term is repeated
         start = 0
         for block, count in zip(blocks, counts):
             stop = start + block.shape[1]
