@@ -117,3 +117,15 @@ def test_pruned_permitted_search_equals_exhaustive(seed, k, share, monkeypatch_m
         ((f"d{i:05d}", d) for i, d in enumerate(docs) if mask[i]), analyzer=str.split
     )
     assert [(index.ids[p], s) for p, s in exhaustive] == kept.search_terms(query, k)
+
+
+def test_a_mask_of_everything_answers_from_the_index_with_the_same_scores():
+    rng = np.random.default_rng(11)
+    vocabulary = [f"w{i}" for i in range(60)]
+    docs = [[vocabulary[r] for r in np.minimum(rng.zipf(1.4, size=rng.integers(3, 15)), 60) - 1] for _ in range(400)]
+    index = BM25Index.build_from_terms(((f"d{i:04d}", d) for i, d in enumerate(docs)), analyzer=str.split)
+    lane, everything = PermittedBM25(index), np.ones(index.n_docs, dtype=bool)
+    for query in (["w0", "w3", "w3"], ["w1", "w7", "w20"], ["w59"], ["nothing"]):
+        positions, scores = lane.score_terms(query, everything)  # the per-request computation
+        order = np.lexsort((positions, -scores))[:10]
+        assert lane.search_terms(query, everything, 10) == [(int(positions[i]), float(scores[i])) for i in order]

@@ -34,7 +34,7 @@ from labsrc.errors import InvalidArgument
 from labsrc.lanes.bm25 import bm25_term_score, idf_lucene, length_norm
 from labsrc.lanes.maxscore import find, maxscore_candidates, score_candidates
 from labsrc.lanes.sparse import BM25Index
-from labsrc.ranking import check_top_k, top_k_positions
+from labsrc.ranking import check_top_k, top_k_entries, top_k_positions
 
 __all__ = ["PermittedBM25", "UniverseStats", "mask_key", "universe_stats"]
 
@@ -164,26 +164,44 @@ class PermittedBM25:
         """
         if isinstance(terms, str):
             raise InvalidArgument("score_terms takes a list of terms, not one string")
-        mask = self._check_mask(mask)
+        weighted = self._weighted_postings(terms, self._check_mask(mask))
+        if weighted is None:
+            return np.zeros(0, dtype=np.intp), np.zeros(0)
+        all_docs, weights = weighted
+        if all_docs.size * 8 > self.index.n_docs:  # many postings: a dense accumulator beats sorting them
+            dense = np.bincount(all_docs, weights=weights, minlength=self.index.n_docs)
+            positions = np.flatnonzero(dense)  # every contribution is > 0
+            return positions, dense[positions]
+        return _sum_by_document(all_docs, weights)
+
+    def _weighted_postings(self, terms: Sequence[str], mask: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The permitted postings of the query's terms and their BM25 contributions, in query order.
+
+        Summed with ``bincount``, which adds in input order from 0, every document's
+        score is added term by term in the query's order: one fixed order, whatever
+        else the index holds, so scores are ``==`` an index of the permitted chunks only.
+        """
         stats = self.stats(mask)
-        empty = (np.zeros(0, dtype=np.intp), np.zeros(0))
         if stats.n_docs == 0:
-            return empty
+            return None
         index, k1, b, ptr = self.index, self.index.k1, self.index.b, self.index._ptr
         known = [(t, c) for term, c in Counter(terms).items() if (t := index.vocabulary.get(term)) is not None]
         if not known:  # first-occurrence order above: the summation order below
-            return empty
+            return None
         # All of the query's postings at once (a few NumPy calls per query, not per term).
         lengths = [ptr[t + 1] - ptr[t] for t, _ in known]
-        postings = np.concatenate([index._postings[ptr[t] : ptr[t + 1]] for t, _ in known])
+        all_docs = np.concatenate([index._postings[ptr[t] : ptr[t + 1]] for t, _ in known])
         tf = np.concatenate([self._tf[ptr[t] : ptr[t + 1]] for t, _ in known])
         term_of = np.repeat(np.arange(len(known)), lengths)
-        keep = mask[postings]
-        all_docs, tf, term_of = postings[keep], tf[keep], term_of[keep]
-        df = np.bincount(term_of, minlength=len(known))  # df_U of each query term
+        if stats.n_docs == index.n_docs:  # everything permitted: df_U is the whole posting list's length
+            df = np.asarray(lengths)
+        else:
+            keep = mask[all_docs]
+            all_docs, tf, term_of = all_docs[keep], tf[keep], term_of[keep]
+            df = np.bincount(term_of, minlength=len(known))  # df_U of each query term
         live = df > 0
         if not live.any():
-            return empty
+            return None
         idf = np.zeros(len(known))
         idf[live] = idf_lucene(df[live], stats.n_docs)
         norm = length_norm(self._doc_len[all_docs], stats.avgdl, b)
@@ -191,13 +209,7 @@ class PermittedBM25:
         counts = [c for _, c in known]
         if any(c != 1 for c in counts):
             weights = np.asarray(counts, dtype=np.float64)[term_of] * weights
-        # bincount adds in input order, i.e. term by term in query order, from 0: one fixed order.
-        if all_docs.size * 8 > index.n_docs:  # many postings: a dense accumulator beats sorting them
-            dense = np.bincount(all_docs, weights=weights, minlength=index.n_docs)
-            positions = np.flatnonzero(dense)  # every contribution is > 0
-            return positions, dense[positions]
-        positions, slot = np.unique(all_docs, return_inverse=True)
-        return positions, np.bincount(slot, weights=weights, minlength=positions.size)
+        return all_docs, weights
 
     def search_terms(self, terms: Sequence[str], mask: np.ndarray, top_k: int) -> list[tuple[int, float]]:
         """The ``top_k`` ``(position, score)`` pairs with score > 0, by (score desc, position asc).
@@ -210,12 +222,25 @@ class PermittedBM25:
         if isinstance(terms, str):
             raise InvalidArgument("search_terms takes a list of terms, not one string")
         mask = self._check_mask(mask)
+        if self.stats(mask).n_docs == self.index.n_docs:
+            # Everything is permitted: the universe's statistics are the index's own, and so are
+            # its stored impacts, so the index's answer is this lane's answer (the tests check ==).
+            positions, scores = self.index.top_positions(terms, top_k)
+            return list(zip(positions.tolist(), scores.tolist()))
         pruned = self._pruned(terms, mask, top_k)
         if pruned is not None:
             return pruned
-        positions, scores = self.score_terms(terms, mask)
-        best = top_k_positions(scores, top_k)
-        return list(zip(positions[best].tolist(), scores[best].tolist()))
+        weighted = self._weighted_postings(terms, mask)
+        if weighted is None:
+            return []
+        all_docs, weights = weighted
+        if all_docs.size * 8 > self.index.n_docs:  # the dense scores, ranked without compacting them first
+            positions, scores = top_k_entries(np.bincount(all_docs, weights, minlength=self.index.n_docs), top_k)
+        else:
+            touched, sums = _sum_by_document(all_docs, weights)
+            best, scores = top_k_entries(sums, top_k)
+            positions = touched[best]
+        return list(zip(positions.tolist(), scores.tolist()))
 
     def _pruned(self, terms: Sequence[str], mask: np.ndarray, top_k: int) -> list[tuple[int, float]] | None:
         index = self.index
@@ -264,3 +289,9 @@ class PermittedBM25:
             return []
         ids = self.index.ids
         return [(ids[p], s) for p, s in self.search_terms(self.index.analyzer(query), mask, top_k)]
+
+
+def _sum_by_document(docs: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ascending distinct ``docs`` and each one's summed weights, added in input order from 0 (as bincount does)."""
+    positions, slot = np.unique(docs, return_inverse=True)
+    return positions, np.bincount(slot, weights=weights, minlength=positions.size)
