@@ -258,7 +258,7 @@ class BM25Index:
         """
         top_k = check_top_k(top_k)
         if isinstance(terms, str):
-            raise InvalidArgument("top_positions takes a list of terms; use search for query text")
+            raise InvalidArgument("pass the query as a list of terms, not one string; use search for query text")
         return self._top_arrays(terms, top_k)
 
     def top_positions_many(
