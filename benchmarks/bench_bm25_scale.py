@@ -40,6 +40,9 @@ import numpy as np  # noqa: E402
 from labsrc.lanes import Analyzer, BM25Index, load_bm25_index, save_bm25_index  # noqa: E402
 from labsrc.lanes.permitted import PermittedBM25  # noqa: E402
 
+# A sibling script (benchmarks/ is on sys.path when a script there runs): one timing helper for both.
+from bench_bm25 import best_of  # noqa: E402
+
 VOCABULARY = 200_000
 #: The tokens are given; queries are split on whitespace (an Analyzer, so the index can be saved).
 WHITESPACE = Analyzer(pattern=r"\S+", stopwords=frozenset(), normalize=None, casefold=False, name="whitespace")
@@ -64,15 +67,6 @@ def synthetic(n_docs: int, n_queries: int, seed: int = 0) -> tuple[list[list[str
     q_lengths = rng.integers(3, 9, size=n_queries)
     queries = [words[zipf_tokens(rng, int(k))].tolist() for k in q_lengths]
     return docs, queries
-
-
-def best_of(repeats: int, fn: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def measure(n_docs: int, n_queries: int, top_k: int, repeats: int) -> dict[str, object]:

@@ -36,7 +36,7 @@ def block_max_threshold(scores: np.ndarray, top_k: int) -> float:
     over a (L, B) view finds all maxima; elements past the last full row are left
     out, which keeps the bound valid. Returns ``-inf`` when there are too few scores.
     """
-    blocks = 4 * top_k if top_k > 64 else 256
+    blocks = max(4 * top_k, 256)
     rows = scores.size // blocks
     if rows < 2:
         return float("-inf")

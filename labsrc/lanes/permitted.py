@@ -168,11 +168,15 @@ class PermittedBM25:
         if weighted is None:
             return np.zeros(0, dtype=np.intp), np.zeros(0)
         all_docs, weights = weighted
-        if all_docs.size * 8 > self.index.n_docs:  # many postings: a dense accumulator beats sorting them
+        if self._dense_pays(all_docs):
             dense = np.bincount(all_docs, weights=weights, minlength=self.index.n_docs)
             positions = np.flatnonzero(dense)  # every contribution is > 0
             return positions, dense[positions]
         return _sum_by_document(all_docs, weights)
+
+    def _dense_pays(self, postings: np.ndarray) -> bool:
+        """Many postings: a dense accumulator over every document beats sorting them."""
+        return postings.size * 8 > self.index.n_docs
 
     def _weighted_postings(self, terms: Sequence[str], mask: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """The permitted postings of the query's terms and their BM25 contributions, in query order.
@@ -234,7 +238,7 @@ class PermittedBM25:
         if weighted is None:
             return []
         all_docs, weights = weighted
-        if all_docs.size * 8 > self.index.n_docs:  # the dense scores, ranked without compacting them first
+        if self._dense_pays(all_docs):  # the dense scores, ranked without compacting them first
             positions, scores = top_k_entries(np.bincount(all_docs, weights, minlength=self.index.n_docs), top_k)
         else:
             touched, sums = _sum_by_document(all_docs, weights)

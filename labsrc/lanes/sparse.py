@@ -231,9 +231,11 @@ class BM25Index:
     def _slices(self, terms: Sequence[str]) -> list[tuple[int, int, int, int]]:
         """``(term id, start, end, query count)`` of each known query term, in first-occurrence order."""
         ptr, vocabulary = self._ptr, self.vocabulary
-        distinct = dict.fromkeys(terms)  # first-occurrence order, as Counter keeps it
-        counts = Counter(terms) if len(distinct) < len(terms) else dict.fromkeys(distinct, 1)
-        return [(t, ptr[t], ptr[t + 1], count) for term, count in counts.items() if (t := vocabulary.get(term)) is not None]
+        return [
+            (t, ptr[t], ptr[t + 1], count)
+            for term, count in Counter(terms).items()
+            if (t := vocabulary.get(term)) is not None
+        ]
 
     def search(self, query: str, top_k: int) -> list[tuple[str, float]]:
         """The ``top_k`` ``(id, score)`` pairs with score > 0, by (score desc, id asc)."""
@@ -270,10 +272,7 @@ class BM25Index:
         for i, terms in enumerate(queries):
             if isinstance(terms, str):
                 raise InvalidArgument(f"query {i} is one string; top_positions_many takes lists of terms")
-        if self.n_docs >= _PRUNE_FROM_DOCS:
-            return [self._top_arrays(terms, top_k) for terms in queries]
-        columns, n_docs = self._columns, self.n_docs  # a small corpus: always exhaustive, so call it directly
-        return [top_k_entries(score_columns(*term_columns(columns, terms), n_docs), top_k) for terms in queries]
+        return [self._top_arrays(terms, top_k) for terms in queries]
 
     def _top_arrays(self, terms: Sequence[str], top_k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.n_docs == 0:
