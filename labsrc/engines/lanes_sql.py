@@ -27,7 +27,6 @@ the filtered-HNSW trap lives (RLS filters *after* the graph walk).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,12 +65,12 @@ FROM (SELECT count(*) AS n_docs, coalesce(sum(doc_len), 0)::int8 AS total_len FR
 # impact = idf · (tf·(k1+1)) / (tf + k1·((1−b) + b·|d|/avgdl)), in BM25Index's evaluation order.
 _SCORE_SQL = """
 WITH q AS (
-    SELECT term, idf, qc, ord
-    FROM unnest(%(terms)s::text[], %(idf)s::float8[], %(qc)s::float8[]) WITH ORDINALITY AS q(term, idf, qc, ord)
+    SELECT term, idf, ord
+    FROM unnest(%(terms)s::text[], %(idf)s::float8[]) WITH ORDINALITY AS q(term, idf, ord)
 )
 SELECT p.chunk_id,
-       sum(q.qc * (q.idf * (p.tf * %(k1p1)s::float8)
-                   / (p.tf + %(k1)s::float8 * (%(omb)s::float8 + %(b)s::float8 * p.doc_len / %(avgdl)s::float8)))
+       sum(q.idf * (p.tf * %(k1p1)s::float8)
+           / (p.tf + %(k1)s::float8 * (%(omb)s::float8 + %(b)s::float8 * p.doc_len / %(avgdl)s::float8))
            ORDER BY q.ord) AS score
 FROM lab_postings AS p JOIN q ON q.term = p.term
 GROUP BY p.chunk_id
@@ -117,16 +116,17 @@ def sparse_lane(
     retriever never passes it. It exists to *show* the side channel: statistics
     read from anywhere but the RLS-filtered tables let hidden rows move scores.
     """
-    counts = Counter(query_terms)  # first-occurrence order, as BM25Index.score_terms iterates
-    stats = bm25_statistics(conn, list(counts)) if statistics is None else statistics
-    terms = [t for t in counts if stats.df.get(t, 0) > 0]
+    distinct = list(dict.fromkeys(query_terms))
+    stats = bm25_statistics(conn, distinct) if statistics is None else statistics
+    # One row per occurrence, in query order: the SQL adds them in that order (ORDER BY ord),
+    # as BM25Index.score_terms does, so a repeated term counts where it occurs.
+    terms = [t for t in query_terms if stats.df.get(t, 0) > 0]
     if not terms or stats.n_docs == 0 or stats.total_len == 0:
         return [], stats
     idf = idf_lucene(np.asarray([stats.df[t] for t in terms], dtype=np.int64), stats.n_docs)
     params = {
         "terms": terms,
         "idf": [float(x) for x in np.atleast_1d(idf)],
-        "qc": [float(counts[t]) for t in terms],
         "k1p1": float(k1) + 1.0,
         "k1": float(k1),
         "omb": 1.0 - float(b),

@@ -38,7 +38,7 @@ _SLACK = 1e-9
 class ScoredTerm(Protocol):
     """One query term as MaxScore sees it: a bound on its contribution, and two ways to read it."""
 
-    bound: float  # >= its contribution to any document (query count included)
+    bound: float  # >= its contribution to any document
 
     def postings(self) -> tuple[np.ndarray, np.ndarray]:
         """All its (ascending positions, contributions): a scan of its postings."""
@@ -49,11 +49,6 @@ class ScoredTerm(Protocol):
         ...
 
 
-def _times(values: np.ndarray, count: int) -> np.ndarray:
-    # The same product exhaustive scoring forms: count · contribution (no copy when count is 1).
-    return values if count == 1 else count * values
-
-
 def find(postings: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Binary search: where each candidate would sit in ``postings``, and whether it is there."""
     at = np.minimum(np.searchsorted(postings, candidates), postings.size - 1)
@@ -62,23 +57,22 @@ def find(postings: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.n
 
 @dataclass(frozen=True)
 class StoredTerm:
-    """A term of an index whose contributions are stored per posting (the whole-corpus index)."""
+    """One occurrence of a query term in an index whose contributions are stored per posting.
+
+    A term repeated in the query is one ``StoredTerm`` per occurrence, so exact
+    scores add it where it occurs, as exhaustive scoring does.
+    """
 
     positions: np.ndarray
     contributions: np.ndarray
-    max_contribution: float
-    count: int  # how often the term occurs in the query
-
-    @property
-    def bound(self) -> float:
-        return self.max_contribution * self.count
+    bound: float  # the largest of the contributions
 
     def postings(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.positions, _times(self.contributions, self.count)
+        return self.positions, self.contributions
 
     def lookup(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         at, found = find(self.positions, candidates)
-        return found, _times(self.contributions[at[found]], self.count)
+        return found, self.contributions[at[found]]
 
 
 def _kth_largest(values: np.ndarray, k: int) -> float:

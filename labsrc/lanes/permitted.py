@@ -22,7 +22,6 @@ to rounding; the property tests check both.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -85,13 +84,11 @@ class _PermittedTerm:
     avgdl: float
     k1: float
     b: float
-    count: int
     bound: float
 
     def _contributions(self, docs: np.ndarray, tf: np.ndarray) -> np.ndarray:
         # The very expressions of PermittedBM25.score_terms, on a subset: equal values.
-        part = bm25_term_score(self.idf, tf, length_norm(self.doc_len[docs], self.avgdl, self.b), self.k1)
-        return part if self.count == 1 else self.count * part
+        return bm25_term_score(self.idf, tf, length_norm(self.doc_len[docs], self.avgdl, self.b), self.k1)
 
     @cached_property
     def _permitted(self) -> tuple[np.ndarray, np.ndarray]:
@@ -181,28 +178,29 @@ class PermittedBM25:
     def _weighted_postings(self, terms: Sequence[str], mask: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """The permitted postings of the query's terms and their BM25 contributions, in query order.
 
-        Summed with ``bincount``, which adds in input order from 0, every document's
-        score is added term by term in the query's order: one fixed order, whatever
-        else the index holds, so scores are ``==`` an index of the permitted chunks only.
+        A repeated term comes once per occurrence. Summed with ``bincount``, which
+        adds in input order from 0, every document's score is added term by term in
+        the query's order: one fixed order, whatever else the index holds, so scores
+        are ``==`` an index of the permitted chunks only.
         """
         stats = self.stats(mask)
         if stats.n_docs == 0:
             return None
         index, k1, b, ptr = self.index, self.index.k1, self.index.b, self.index._ptr
-        known = [(t, c) for term, c in Counter(terms).items() if (t := index.vocabulary.get(term)) is not None]
-        if not known:  # first-occurrence order above: the summation order below
+        known = [t for term in terms if (t := index.vocabulary.get(term)) is not None]
+        if not known:  # query order, one per occurrence: the summation order below
             return None
         # All of the query's postings at once (a few NumPy calls per query, not per term).
-        lengths = [ptr[t + 1] - ptr[t] for t, _ in known]
-        all_docs = np.concatenate([index._postings[ptr[t] : ptr[t + 1]] for t, _ in known])
-        tf = np.concatenate([self._tf[ptr[t] : ptr[t + 1]] for t, _ in known])
+        lengths = [ptr[t + 1] - ptr[t] for t in known]
+        all_docs = np.concatenate([index._postings[ptr[t] : ptr[t + 1]] for t in known])
+        tf = np.concatenate([self._tf[ptr[t] : ptr[t + 1]] for t in known])
         term_of = np.repeat(np.arange(len(known)), lengths)
         if stats.n_docs == index.n_docs:  # everything permitted: df_U is the whole posting list's length
             df = np.asarray(lengths)
         else:
             keep = mask[all_docs]
             all_docs, tf, term_of = all_docs[keep], tf[keep], term_of[keep]
-            df = np.bincount(term_of, minlength=len(known))  # df_U of each query term
+            df = np.bincount(term_of, minlength=len(known))  # df_U of each query term (occurrence)
         live = df > 0
         if not live.any():
             return None
@@ -210,9 +208,6 @@ class PermittedBM25:
         idf[live] = idf_lucene(df[live], stats.n_docs)
         norm = length_norm(self._doc_len[all_docs], stats.avgdl, b)
         weights = bm25_term_score(idf[term_of], tf, norm, k1)  # elementwise: the same values term by term
-        counts = [c for _, c in known]
-        if any(c != 1 for c in counts):
-            weights = np.asarray(counts, dtype=np.float64)[term_of] * weights
         return all_docs, weights
 
     def search_terms(self, terms: Sequence[str], mask: np.ndarray, top_k: int) -> list[tuple[int, float]]:
@@ -248,16 +243,16 @@ class PermittedBM25:
 
     def _pruned(self, terms: Sequence[str], mask: np.ndarray, top_k: int) -> list[tuple[int, float]] | None:
         index = self.index
-        known = [(t, c) for term, c in Counter(terms).items() if (t := index.vocabulary.get(term)) is not None]
+        known = [t for term in terms if (t := index.vocabulary.get(term)) is not None]  # one per occurrence
         ptr = index._ptr
-        if len(known) < 2 or sum(ptr[t + 1] - ptr[t] for t, _ in known) <= _PRUNE_FROM_POSTINGS:
+        if len(known) < 2 or sum(ptr[t + 1] - ptr[t] for t in known) <= _PRUNE_FROM_POSTINGS:
             return None
         universe = self._universe(mask)
         stats = universe.stats
         if stats.n_docs == 0:
             return []
         postings, dfs = [], []
-        for t, _ in known:
+        for t in known:
             lo, hi = ptr[t], ptr[t + 1]
             postings.append(index._postings[lo:hi])
             df = universe.df.get(t)
@@ -274,11 +269,11 @@ class PermittedBM25:
         k1, b = index.k1, index.b
         scored = []
         for slot, i in enumerate(live):
-            t, count = known[i]
+            t = known[i]
             lo, hi = ptr[t], ptr[t + 1]
             top = bm25_term_score(idf[slot], max_tf[t], length_norm(min_len[t], stats.avgdl, b), k1)
             scored.append(_PermittedTerm(postings[i], self._tf[lo:hi], mask, self._doc_len, idf[slot],
-                                         stats.avgdl, k1, b, count, float(count * top)))  # fmt: skip
+                                         stats.avgdl, k1, b, float(top)))  # fmt: skip
         candidates = maxscore_candidates(scored, top_k, index.n_docs)
         if candidates is None:
             return None

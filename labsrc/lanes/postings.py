@@ -9,16 +9,16 @@ owns the columns ``ptr[t]:ptr[t+1]``.
 A query then costs three NumPy calls however many terms it has: one
 ``np.concatenate`` of its terms' column blocks (documents and impacts together),
 one ``view`` back to float64, and one ``np.bincount`` that adds the impacts per
-document. ``bincount`` adds in input order from 0, and the blocks come in the
-query's first-occurrence order, so every document's score is the same sum, in
-the same order, as adding term by term (:func:`labsrc.lanes.bm25.brute_force_bm25`
-is the readable version). On a corpus the size of SciFact the per-call cost of
-NumPy, not the arithmetic, dominates a query, which is why the calls are few.
+document. ``bincount`` adds in input order from 0, and the blocks come in query
+order, one per occurrence of a term, so every document's score is the same sum,
+in the same order, as :func:`labsrc.lanes.bm25.brute_force_bm25` adds: each query
+word's contribution in turn, a repeated word once per occurrence. On a corpus
+the size of SciFact the per-call cost of NumPy, not the arithmetic, dominates a
+query, which is why the calls are few.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -55,38 +55,19 @@ class TermColumns(dict[str, np.ndarray]):
         return block
 
 
-def term_columns(columns: TermColumns, terms: Sequence[str]) -> tuple[list[np.ndarray], list[int] | None]:
-    """The known terms' blocks in first-occurrence order, and their query counts (``None`` when all are 1)."""
-    distinct = dict.fromkeys(terms)
-    if len(distinct) == len(terms):
-        return [block for block in map(columns.__getitem__, distinct) if block is not None], None
-    blocks, counts = [], []
-    for term, count in Counter(terms).items():
-        if (block := columns[term]) is not None:
-            blocks.append(block)
-            counts.append(count)
-    return blocks, counts
+def term_columns(columns: TermColumns, terms: Sequence[str]) -> list[np.ndarray]:
+    """The blocks of the query's known terms, one per occurrence, in query order.
 
-
-def score_columns(blocks: list[np.ndarray], counts: list[int] | None, n_docs: int) -> np.ndarray:
-    """Every document's score (0 where no term matches): one gather and one scatter-add.
-
-    A term repeated in the query counts once per occurrence: its impacts are
-    multiplied by the count, the same product ``count · impact`` term-by-term
-    scoring forms.
+    A term that occurs twice in the query is gathered twice, so it adds its
+    impact once per occurrence, where that occurrence stands: the order
+    :func:`labsrc.lanes.bm25.brute_force_bm25` adds in.
     """
+    return [block for block in map(columns.__getitem__, terms) if block is not None]
+
+
+def score_columns(blocks: list[np.ndarray], n_docs: int) -> np.ndarray:
+    """Every document's score (0 where no term matches): one gather and one scatter-add."""
     if not blocks:
         return np.zeros(n_docs, dtype=np.float64)
-    if len(blocks) > 1:
-        gathered = np.concatenate(blocks, axis=1)  # a fresh array: the counts may scale it in place
-    else:
-        gathered = blocks[0] if counts is None else blocks[0].copy()  # never scale the index's own view
-    impacts = gathered[1].view(np.float64)
-    if counts is not None:  # some query term is repeated
-        start = 0
-        for block, count in zip(blocks, counts):
-            stop = start + block.shape[1]
-            if count != 1:
-                impacts[start:stop] *= count
-            start = stop
-    return np.bincount(gathered[0], impacts, minlength=n_docs)
+    gathered = np.concatenate(blocks, axis=1) if len(blocks) > 1 else blocks[0]
+    return np.bincount(gathered[0], gathered[1].view(np.float64), n_docs)

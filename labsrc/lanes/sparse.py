@@ -212,7 +212,8 @@ class BM25Index:
         """BM25 score of every indexed document (by position); 0 where no term matches.
 
         Only the postings of the query's terms are read. A term repeated in the
-        query counts once per occurrence (Robertson's qtf with k3 → ∞, as in Lucene).
+        query counts once per occurrence (Robertson's qtf with k3 → ∞, as in Lucene),
+        added where it occurs, as :func:`~labsrc.lanes.bm25.brute_force_bm25` adds.
         """
         return self.score_terms(self.analyzer(query))
 
@@ -220,22 +221,19 @@ class BM25Index:
         """:meth:`score_all` for a query that is already analysed into ``terms``.
 
         One gather and one ``bincount`` for all of the query's postings: the
-        postings and impacts of its terms are concatenated in query order, and
-        ``bincount`` adds them in that order from 0, so each document's score is
-        the same sum, in the same order, as adding term by term.
+        postings and impacts of its terms are concatenated in query order (a
+        repeated term once per occurrence), and ``bincount`` adds them in that
+        order from 0, so each document's score is the same sum, in the same order,
+        as adding term by term.
         """
         if isinstance(terms, str):
             raise InvalidArgument("score_terms takes a list of terms; use score_all for query text")
-        return score_columns(*term_columns(self._columns, terms), self.n_docs)
+        return score_columns(term_columns(self._columns, terms), self.n_docs)
 
-    def _slices(self, terms: Sequence[str]) -> list[tuple[int, int, int, int]]:
-        """``(term id, start, end, query count)`` of each known query term, in first-occurrence order."""
+    def _slices(self, terms: Sequence[str]) -> list[tuple[int, int, int]]:
+        """``(term id, start, end)`` of each known query term, one per occurrence, in query order."""
         ptr, vocabulary = self._ptr, self.vocabulary
-        return [
-            (t, ptr[t], ptr[t + 1], count)
-            for term, count in Counter(terms).items()
-            if (t := vocabulary.get(term)) is not None
-        ]
+        return [(t, ptr[t], ptr[t + 1]) for term in terms if (t := vocabulary.get(term)) is not None]
 
     def search(self, query: str, top_k: int) -> list[tuple[str, float]]:
         """The ``top_k`` ``(id, score)`` pairs with score > 0, by (score desc, id asc)."""
@@ -279,18 +277,18 @@ class BM25Index:
             return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float64)
         if self.n_docs >= _PRUNE_FROM_DOCS:
             slices = self._slices(terms)
-            if sum(hi - lo for _, lo, hi, _ in slices) > _PRUNE_FROM_POSTINGS:
+            if sum(hi - lo for _, lo, hi in slices) > _PRUNE_FROM_POSTINGS:
                 lists = self._stored_terms(slices)
                 candidates = maxscore_candidates(lists, top_k, self.n_docs)
                 if candidates is not None:
                     positions, scores = top_k_entries(score_candidates(lists, candidates), top_k)
                     return candidates[positions], scores
-        return top_k_entries(score_columns(*term_columns(self._columns, terms), self.n_docs), top_k)
+        return top_k_entries(score_columns(term_columns(self._columns, terms), self.n_docs), top_k)
 
-    def _stored_terms(self, slices: list[tuple[int, int, int, int]]) -> list[StoredTerm]:
-        """Each known query term's postings, contributions, their maximum and its query count."""
+    def _stored_terms(self, slices: list[tuple[int, int, int]]) -> list[StoredTerm]:
+        """Each known query term's postings, contributions and their maximum (one per occurrence)."""
         postings, impacts, bounds = self._postings, self.impact, self._bounds
-        return [StoredTerm(postings[lo:hi], impacts[lo:hi], bounds[t], count) for t, lo, hi, count in slices]
+        return [StoredTerm(postings[lo:hi], impacts[lo:hi], bounds[t]) for t, lo, hi in slices]
 
     def _term_lists(self, terms: Sequence[str]) -> list[StoredTerm]:
         return self._stored_terms(self._slices(terms))
