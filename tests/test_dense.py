@@ -1,4 +1,5 @@
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -133,3 +134,61 @@ def test_top_k_positions_never_sorts_more_than_needed():
     assert top_k_positions(scores, 2).tolist() == [1, 3]
     assert top_k_positions(scores, 3).tolist() == [1, 3, 5]
     assert top_k_positions(scores, 10).tolist() == [1, 3, 5, 0]  # only positive scores
+
+
+# --- one matrix, masked per request ---------------------------------------------------------
+
+
+def _masked_fixture(n: int = 40, dim: int = 8):
+    rng = np.random.default_rng(7)
+    chunks = [make_chunk(f"c{i:03d}", f"chunk {i}") for i in range(n)]
+    vectors = {c.chunk_id: rng.standard_normal(dim) for c in chunks}
+    query = rng.standard_normal(dim)
+    vectors["c011"] = 2 * query  # an exact tie at the top (cosine 1 up to rounding, the same for both):
+    vectors["c005"] = 2 * query  # c005 must rank before c011
+    source = labsrc.FixtureVectors(vectors, {"q": query})
+    return chunks, source, query
+
+
+@pytest.mark.parametrize("keep", [2, 5, 13, 14, 31, 40])
+def test_a_masked_search_equals_an_index_of_the_permitted_rows_only(keep):
+    from labsrc.lanes import dense
+
+    chunks, source, query = _masked_fixture()
+    rng = np.random.default_rng(keep)
+    mask = np.zeros(len(chunks), dtype=bool)
+    mask[[5, 11]] = True  # keep the tied pair
+    mask[rng.choice([i for i in range(len(chunks)) if i not in (5, 11)], keep - 2, replace=False)] = True
+    shared = dense.DenseIndex(chunks, source)
+    scored_rows = []
+
+    def spy(matrix, norms, vector):
+        scored_rows.append(matrix.shape[0])
+        return cosine(matrix, norms, vector)
+
+    cosine = dense._cosine
+    with mock.patch.object(dense, "_cosine", spy):
+        got = ids_scores(shared.search("q", 10, mask))
+    # A third of the rows or fewer (13 of 40) are gathered and scored alone; more take one full pass.
+    assert scored_rows == [keep if keep * 3 <= len(chunks) else len(chunks)]
+    alone = dense.DenseIndex([c for c, kept in zip(chunks, mask) if kept], source)
+    assert got == ids_scores(alone.search("q", 10))  # ==: ids, order and every bit of every score
+    # And the arithmetic: cosine of the kept rows, best first, the tie broken by id.
+    matrix = np.array([source.document_matrix([c])[0] for c in chunks])
+    cosines = matrix @ query / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(query))
+    expected = sorted(((c.chunk_id, cosines[i]) for i, c in enumerate(chunks) if mask[i] and cosines[i] > 0),
+                      key=lambda pair: (-pair[1], pair[0]))[:10]  # fmt: skip
+    assert [cid for cid, _ in got] == [cid for cid, _ in expected]
+    assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-12)
+    assert [cid for cid, _ in got[:2]] == ["c005", "c011"] and got[0][1] == got[1][1]
+
+
+def test_a_mask_of_the_wrong_shape_or_type_is_refused():
+    from labsrc.lanes.dense import DenseIndex
+
+    chunks, source, _ = _masked_fixture()
+    index = DenseIndex(chunks, source)
+    with pytest.raises(labsrc.InvalidArgument, match=r"boolean array of shape \(40,\)"):
+        index.search("q", 3, np.ones(39, dtype=bool))
+    with pytest.raises(labsrc.InvalidArgument, match="boolean array"):
+        index.search("q", 3, np.ones(40, dtype=int))
