@@ -91,7 +91,9 @@ from labsrc.lanes.persistence import (
 )
 from labsrc.lanes.postings import (
     TermColumns,
+    dense_row_pays,
     pack_postings,
+    query_scores,
     score_columns,
     term_columns,
 )
@@ -153,6 +155,7 @@ __all__ = [
     "check_vector",
     "cosine_similarity",
     "dense_rank",
+    "dense_row_pays",
     "describe_analyzer",
     "document_text",
     "embed_to_dir",
@@ -180,6 +183,7 @@ __all__ = [
     "read_queries",
     "save_bm25_index",
     "score_candidates",
+    "query_scores",
     "score_columns",
     "sparse_index_for",
     "term_columns",

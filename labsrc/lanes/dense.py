@@ -321,7 +321,9 @@ class DenseIndex:
         if mask is not None:
             n_rows = self.matrix.shape[0]
             if mask.dtype != bool or mask.shape != (n_rows,):
-                raise InvalidArgument(f"mask must be a boolean array of shape ({n_rows},), got {mask.dtype} {mask.shape}")
+                raise InvalidArgument(
+                    f"mask must be a boolean array of shape ({n_rows},), got {mask.dtype} {mask.shape}"
+                )
             rows = mask.nonzero()[0]
             if rows.size * _GATHER_BELOW <= n_rows:
                 # A small universe: score its rows only. The scan is memory-bound, so reading a
