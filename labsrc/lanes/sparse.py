@@ -223,7 +223,8 @@ class BM25Index:
         postings and impacts of its terms are concatenated in query order (a
         repeated term once per occurrence), and ``bincount`` adds them in that
         order from 0, so each document's score is the same sum, in the same order,
-        as adding term by term.
+        as adding term by term. A very common term is added as a dense row, in its
+        place in that order (:func:`~labsrc.lanes.postings.score_columns`).
         """
         if isinstance(terms, str):
             raise InvalidArgument("score_terms takes a list of terms; use score_all for query text")
