@@ -40,7 +40,7 @@ def test_pruned_search_equals_exhaustive_scoring(seed, k, words):
         assert [(index.ids[p], float(s)) for p, s in zip(candidates[best], scores[best])] == truth
         assert set(truth) <= {(index.ids[p], float(s)) for p, s in zip(candidates, scores)}
     assert index.search_terms(query, k) == truth
-    # The index prunes only from 20,000 documents; lowered, this corpus takes the pruned path.
+    # The index prunes only from 250,000 documents; lowered, this corpus takes the pruned path.
     with mock.patch.object(sparse, "_PRUNE_FROM_DOCS", 0), mock.patch.object(sparse, "_PRUNE_FROM_POSTINGS", 500):
         with mock.patch.object(sparse, "maxscore_candidates", wraps=maxscore_candidates) as spy:
             assert index.search_terms(query, k) == truth

@@ -251,29 +251,30 @@ class PermittedBM25:
         stats = universe.stats
         if stats.n_docs == 0:
             return []
-        postings, dfs = [], []
-        for t in known:
-            lo, hi = ptr[t], ptr[t + 1]
-            postings.append(index._postings[lo:hi])
+        dfs = {}  # df_U of each distinct query term
+        for t in dict.fromkeys(known):
             df = universe.df.get(t)
             if df is None:
-                df = int(np.count_nonzero(mask[postings[-1]]))
+                lo, hi = ptr[t], ptr[t + 1]
+                df = int(np.count_nonzero(mask[index._postings[lo:hi]]))
                 if hi - lo >= _CACHE_DF_FROM:  # long lists are worth remembering for this mask
                     universe.df[t] = df
-            dfs.append(df)
-        live = [i for i, df in enumerate(dfs) if df]
+            dfs[t] = df
+        live = [t for t, df in dfs.items() if df]
         if not live:
             return []
-        idf = idf_lucene(np.array([dfs[i] for i in live], dtype=np.int64), stats.n_docs)
+        idf = idf_lucene(np.array([dfs[t] for t in live], dtype=np.int64), stats.n_docs)
         max_tf, min_len = self._term_extremes
         k1, b = index.k1, index.b
-        scored = []
-        for slot, i in enumerate(live):
-            t = known[i]
+        by_term = {}
+        for slot, t in enumerate(live):
             lo, hi = ptr[t], ptr[t + 1]
             top = bm25_term_score(idf[slot], max_tf[t], length_norm(min_len[t], stats.avgdl, b), k1)
-            scored.append(_PermittedTerm(postings[i], self._tf[lo:hi], mask, self._doc_len, idf[slot],
-                                         stats.avgdl, k1, b, float(top)))  # fmt: skip
+            by_term[t] = _PermittedTerm(index._postings[lo:hi], self._tf[lo:hi], mask, self._doc_len, idf[slot],
+                                        stats.avgdl, k1, b, float(top))  # fmt: skip
+        # One entry per occurrence, in query order (the order scores are added in). A repeated
+        # term shares one object, so its permitted contributions are computed once.
+        scored = [by_term[t] for t in known if t in by_term]
         candidates = maxscore_candidates(scored, top_k, index.n_docs)
         if candidates is None:
             return None
