@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from contextlib import ExitStack
+from functools import partial
 from typing import Any
 
 from labsrc.errors import InvalidArgument
@@ -19,7 +20,7 @@ from labsrc.lanes.dense import DenseSource, Encoder
 from labsrc.records.policy import PolicyChunk
 from labsrc.retriever.policy import PolicyRetriever
 
-__all__ = ["ENGINES", "add_engine_options", "close_engines", "make_retriever"]
+__all__ = ["ENGINES", "add_engine_options", "close_engines", "engine_factory", "make_retriever"]
 
 #: The engines a command can run on.
 ENGINES = ("memory", "postgres")
@@ -30,7 +31,7 @@ _OPEN = ExitStack()
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
     """Add ``--engine {memory,postgres}`` and ``--dsn URL`` to a command."""
     parser.add_argument(
-        "--engine", choices=ENGINES, default="memory",
+        "--engine", choices=ENGINES, default=None,
         help="where retrieval runs: in memory (default) or inside PostgreSQL (RLS boundary, BM25 in SQL, pgvector); "
              "postgres needs: pip install 'hybrid-retrieval-lab[postgres]'",
     )  # fmt: skip
@@ -48,7 +49,7 @@ def make_retriever(
 
     ``progress`` (a loading progress callback) is used by the postgres engine only.
     """
-    engine = getattr(args, "engine", "memory")
+    engine = getattr(args, "engine", None) or "memory"
     dsn = getattr(args, "dsn", None)
     if engine == "memory":
         if dsn is not None:
@@ -60,6 +61,52 @@ def make_retriever(
     retriever = PostgresRetriever(chunks, vectors, dsn=dsn, **kwargs)
     _OPEN.callback(retriever.close)
     return retriever
+
+
+class _PostgresFactory:
+    """``factory(chunks, vectors)`` for the postgres engine: every build shares one server.
+
+    The gate builds the retriever several times (the full corpus, each caller's
+    permitted chunks, bait); each build loads its own schema, so one embedded
+    server (or the ``--dsn`` server) serves them all. The embedded one stops
+    when the command ends.
+    """
+
+    def __init__(self, dsn: str | None, **kwargs: Any) -> None:
+        self.dsn = dsn
+        self.kwargs = kwargs
+        self.server: Any = None
+
+    def __call__(self, chunks: Sequence[PolicyChunk], vectors: DenseSource | Encoder | None) -> Any:
+        from labsrc.engines.postgres import PostgresRetriever
+        from labsrc.engines.server import EmbeddedServer, require_psycopg
+
+        require_psycopg()
+        dsn = self.dsn
+        if dsn is None:
+            if self.server is None:
+                self.server = EmbeddedServer()
+                _OPEN.callback(self.server.stop)
+            dsn = self.server.dsn
+        kwargs = dict(self.kwargs)
+        progress = kwargs.pop("progress", None)
+        self.kwargs.pop("progress", None)  # a loading bar for the first build only
+        return PostgresRetriever(chunks, vectors, dsn=dsn, progress=progress, **kwargs)
+
+
+def engine_factory(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, str]:
+    """``(factory, label)`` for ``--engine``: what the gate builds, once per corpus it needs.
+
+    ``progress`` (a loading progress callback) is used by the postgres engine only.
+    """
+    engine = getattr(args, "engine", None) or "memory"
+    dsn = getattr(args, "dsn", None)
+    if engine == "memory":
+        if dsn is not None:
+            raise InvalidArgument("--dsn applies to --engine postgres only")
+        kwargs.pop("progress", None)
+        return partial(PolicyRetriever, **kwargs), "memory"
+    return _PostgresFactory(dsn, **kwargs), "postgres"
 
 
 def close_engines() -> None:

@@ -49,9 +49,33 @@ from labsrc.evaluation.gates import (
     GATE_TABLE,
     GateRun,
     evaluate_gates,
+    gate_retriever,
     lane_recall,
     release_gate,
     run_cases,
+)
+from labsrc.evaluation.bait import (
+    BAIT_REASONS,
+    BaitVectors,
+    bait_chunks,
+    bait_text,
+)
+from labsrc.evaluation.noninterference import (
+    NONINTERFERENCE_MODES,
+    Comparison,
+    LaneDiff,
+    Violation,
+    boundary_violations,
+    compare_observations,
+)
+from labsrc.evaluation.subject import (
+    Factory,
+    Observation,
+    Subject,
+    SubjectError,
+    build_subject,
+    describe_exception,
+    observe,
 )
 from labsrc.evaluation.html_report import (
     dense_model_label,
@@ -124,6 +148,24 @@ from labsrc.evaluation.verdicts import (
 
 __all__ = [
     "ALPHA_GRID",
+    "BAIT_REASONS",
+    "BaitVectors",
+    "Comparison",
+    "Factory",
+    "LaneDiff",
+    "NONINTERFERENCE_MODES",
+    "Observation",
+    "Subject",
+    "SubjectError",
+    "Violation",
+    "bait_chunks",
+    "bait_text",
+    "boundary_violations",
+    "build_subject",
+    "compare_observations",
+    "describe_exception",
+    "gate_retriever",
+    "observe",
     "AlphaSweep",
     "BEIR_LANES",
     "BeirLanes",

@@ -40,6 +40,8 @@ class GateResult:
     A gate with no cases to replay is ``tested=False``: its :attr:`status` is
     ``NOT TESTED`` and ``detail`` says why. ``passed`` is whether the gate lets
     the run pass; an untested gate does unless the config sets ``require_cases``.
+    ``findings`` are one line per problem found (the case, the chunk, its rank
+    and the reason), printed under a failed gate and carried into every report.
     """
 
     name: str
@@ -49,6 +51,7 @@ class GateResult:
     family: str = ""
     failing_stages: tuple[str, ...] = ()
     tested: bool = True
+    findings: tuple[str, ...] = ()
 
     @property
     def status(self) -> str:
@@ -66,6 +69,7 @@ class GateResult:
             "detail": self.detail,
             "failing_cases": list(self.failing_cases),
             "failing_stages": list(self.failing_stages),
+            "findings": list(self.findings),
         }
 
 
@@ -74,8 +78,7 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def not_tested(name: str, family: str, what: str, config: GateConfig) -> GateResult:
-    """A gate with nothing to replay: NOT TESTED, with the reason and what to add."""
-    return GateResult(
-        name, not config.require_cases, f"no {what} to replay; {_ADD_CASES[family]}", family=family, tested=False
-    )
+def not_tested(name: str, family: str, what: str, config: GateConfig, *, reason: str | None = None) -> GateResult:
+    """A gate with nothing to replay: NOT TESTED, with the reason and what to add (or ``reason`` as given)."""
+    detail = reason if reason is not None else f"no {what} to replay; {_ADD_CASES[family]}"
+    return GateResult(name, not config.require_cases, detail, family=family, tested=False)
