@@ -209,6 +209,15 @@ def compact_trace(o: CaseOutcome, run: GateRun) -> dict[str, Any]:
                 probe = lists[lane]
                 ranks[chunk_id][f"{lane}_probe_rank"] = probe.index(chunk_id) + 1 if chunk_id in probe else None
     failed_gates = sorted(g.name for g in run.gates if o.case.name in g.failing_cases)
+    # What the noninterference gates found, only when they found something (ids and numbers, never text).
+    extra: dict[str, Any] = {}
+    if o.error:
+        extra["error"] = o.error
+    if o.violations:
+        extra["hidden_returned"] = [v.to_dict() for v in o.violations]
+    for name, comparison in (("rebuild", o.rebuild), ("bait", o.bait)):
+        if comparison is not None and comparison.differs:
+            extra[name] = comparison.to_dict()
     return {
         "case": o.case.name,
         "kind": o.case.kind,
@@ -225,6 +234,7 @@ def compact_trace(o: CaseOutcome, run: GateRun) -> dict[str, Any]:
         "candidates": [{"chunk_id": cid, **r} for cid, r in sorted(ranks.items())],
         "versions": dict(o.trace.versions),
         "timings_ms": dict(o.trace.timings_ms),
+        **extra,
     }
 
 
@@ -251,6 +261,11 @@ def report_dict(run: GateRun) -> dict[str, Any]:
             entry["recall"] = {lane: o.recall(lane, k) for lane in LANES}
         else:
             entry["leaked"] = list(o.leaked()) if o.case.kind != "absent" else list(o.overreach())
+        entry["lanes_reported"] = o.lanes_reported
+        entry["error"] = o.error
+        entry["hidden_returned"] = [v.to_dict() for v in o.violations]
+        entry["rebuild"] = None if o.rebuild is None else o.rebuild.to_dict()
+        entry["bait"] = None if o.bait is None else o.bait.to_dict()
         cases.append(entry)
     latency = None
     if run.latency is not None:
@@ -262,6 +277,8 @@ def report_dict(run: GateRun) -> dict[str, Any]:
             "generator": f"labsrc {__version__}",
             "passed": run.passed,
             "on_date": run.on_date.isoformat(),
+            "subject": run.subject,
+            "noninterference": run.noninterference,
             "config": run.config.to_dict(),
             "versions": {**dict(run.versions), "dense_model": dict(run.dense_model)},
             "recall": {"k": k, "lanes": dict(run.recall)},
@@ -297,7 +314,7 @@ def _gate_count(run: GateRun) -> str:
     untested = len(run.gates) - len(tested)
     noun = "tested gate" if untested else "gate"
     text = f"{sum(g.passed for g in tested)} of {plural(len(tested), noun)} pass"
-    return text + (f", {plural(untested, 'gate')} NOT TESTED (no cases)" if untested else "")
+    return text + (f", {plural(untested, 'gate')} NOT TESTED" if untested else "")
 
 
 def report_markdown(run: GateRun) -> str:
@@ -307,7 +324,8 @@ def report_markdown(run: GateRun) -> str:
         "# Release gate report",
         "",
         f"**{'PASS' if run.passed else 'FAIL'}**: {_gate_count(run)} "
-        f"on {run.on_date.isoformat()} (top_k {k}, rrf_k {run.config.to_dict()['rrf_k']}, "
+        + (f"for retriever `{run.subject}` " if run.subject else "")
+        + f"on {run.on_date.isoformat()} (top_k {k}, rrf_k {run.config.to_dict()['rrf_k']}, "
         f"hybrid rule {run.config.hybrid_rule!r}).",
         "",
         "## Versions",
@@ -321,6 +339,10 @@ def report_markdown(run: GateRun) -> str:
     lines += ["", *significance_lines(recall_significance(run))]
     lines += ["", "![recall](recall.png)", "", "## Gates", ""]
     lines.append(_md_table(gates_frame(run)[["gate", "status", "detail", "failing", "what a failure means"]]))
+    findings = [(g.name, line) for g in run.gates if not g.passed for line in g.findings]
+    if findings:
+        lines += ["", "### Findings", ""]
+        lines += [f"- **{name}**: {line}" for name, line in findings]
     failed = run.failed_outcomes
     lines += ["", "## Failed cases", ""]
     if failed:

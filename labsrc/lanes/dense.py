@@ -268,8 +268,19 @@ class HashingEncoder:
         return out
 
 
-def as_dense_source(vectors: DenseSource | Encoder) -> DenseSource:
-    """Accept either a dense source or a bare encoder (wrapped in :class:`EncoderVectors`)."""
+#: What ``vectors=None`` means: the deterministic hashing encoder, as ``labsrc gate`` uses without ``--vectors``.
+_DEFAULT_SOURCE = EncoderVectors(HashingEncoder())
+
+
+def as_dense_source(vectors: DenseSource | Encoder | None) -> DenseSource:
+    """Accept a dense source, a bare encoder (wrapped in :class:`EncoderVectors`), or ``None``.
+
+    ``None`` is a run without vectors (a gate plug-in's factory gets it when no
+    ``--vectors`` are given): the dense lane then uses one shared
+    :class:`HashingEncoder`, which captures word overlap, not meaning.
+    """
+    if vectors is None:
+        return _DEFAULT_SOURCE
     if isinstance(vectors, DenseSource):
         return vectors
     if isinstance(vectors, Encoder):
