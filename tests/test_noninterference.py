@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import labsrc
-from labsrc.boundary import BlockReason, block_reasons
+from labsrc.boundary import block_reasons
 from labsrc.evaluation.bait import BAIT_REASONS, BaitVectors, bait_chunks, bait_text
 from labsrc.evaluation.noninterference import boundary_violations, compare_observations
 from labsrc.evaluation.subject import Observation

@@ -63,37 +63,6 @@ def make_retriever(
     return retriever
 
 
-class _PostgresFactory:
-    """``factory(chunks, vectors)`` for the postgres engine: every build shares one server.
-
-    The gate builds the retriever several times (the full corpus, each caller's
-    permitted chunks, bait); each build loads its own schema, so one embedded
-    server (or the ``--dsn`` server) serves them all. The embedded one stops
-    when the command ends.
-    """
-
-    def __init__(self, dsn: str | None, **kwargs: Any) -> None:
-        self.dsn = dsn
-        self.kwargs = kwargs
-        self.server: Any = None
-
-    def __call__(self, chunks: Sequence[PolicyChunk], vectors: DenseSource | Encoder | None) -> Any:
-        from labsrc.engines.postgres import PostgresRetriever
-        from labsrc.engines.server import EmbeddedServer, require_psycopg
-
-        require_psycopg()
-        dsn = self.dsn
-        if dsn is None:
-            if self.server is None:
-                self.server = EmbeddedServer()
-                _OPEN.callback(self.server.stop)
-            dsn = self.server.dsn
-        kwargs = dict(self.kwargs)
-        progress = kwargs.pop("progress", None)
-        self.kwargs.pop("progress", None)  # a loading bar for the first build only
-        return PostgresRetriever(chunks, vectors, dsn=dsn, progress=progress, **kwargs)
-
-
 def engine_factory(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, str]:
     """``(factory, label)`` for ``--engine``: what the gate builds, once per corpus it needs.
 
@@ -106,7 +75,11 @@ def engine_factory(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, str]:
             raise InvalidArgument("--dsn applies to --engine postgres only")
         kwargs.pop("progress", None)
         return partial(PolicyRetriever, **kwargs), "memory"
-    return _PostgresFactory(dsn, **kwargs), "postgres"
+    from labsrc.audit.pgvector_hnsw import SharedServerFactory
+
+    factory = SharedServerFactory(dsn, **kwargs)
+    _OPEN.callback(factory.close)
+    return factory, "postgres"
 
 
 def close_engines() -> None:

@@ -52,11 +52,10 @@ def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
         write(line)
     write()
     width = max(len(g.name) for g in run.gates)
-    status_width = max(len(g.status) for g in run.gates)
     for gate in run.gates:
         failing = gate.failing_cases or gate.failing_stages
         note = f"  failing: {', '.join(failing)}" if failing and not gate.passed else ""
-        write(f"{gate.status:<{status_width}}  {gate.name:<{width}}  {gate.detail}{note}")
+        write(f"{gate.status}  {gate.name:<{width}}  {gate.detail}{note}")
         if not gate.passed:
             for line in gate.findings[:_FINDINGS_SHOWN]:
                 write(f"      {line}")

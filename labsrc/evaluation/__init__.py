@@ -27,6 +27,8 @@ from labsrc.evaluation.benchmark import (
     write_trec_run,
 )
 from labsrc.evaluation.budgets import (
+    BUDGET_STAGES,
+    REQUEST_STAGE,
     RETRIEVAL_BUDGET_MS,
     STAGES,
     exceeded_retrieval_budgets,
@@ -54,6 +56,11 @@ from labsrc.evaluation.gates import (
     release_gate,
     run_cases,
 )
+from labsrc.evaluation.outcomes import (
+    as_caller_map,
+    replay_cases,
+    stored_chunks,
+)
 from labsrc.evaluation.bait import (
     BAIT_REASONS,
     BaitVectors,
@@ -67,6 +74,7 @@ from labsrc.evaluation.noninterference import (
     Violation,
     boundary_violations,
     compare_observations,
+    reason_label,
 )
 from labsrc.evaluation.subject import (
     Factory,
@@ -74,8 +82,11 @@ from labsrc.evaluation.subject import (
     Subject,
     SubjectError,
     build_subject,
+    close_subject,
     describe_exception,
+    factory_name,
     observe,
+    subject_versions,
 )
 from labsrc.evaluation.html_report import (
     dense_model_label,
@@ -149,6 +160,11 @@ from labsrc.evaluation.verdicts import (
 __all__ = [
     "ALPHA_GRID",
     "BAIT_REASONS",
+    "BUDGET_STAGES",
+    "REQUEST_STAGE",
+    "as_caller_map",
+    "replay_cases",
+    "stored_chunks",
     "BaitVectors",
     "Comparison",
     "Factory",
@@ -162,10 +178,14 @@ __all__ = [
     "bait_text",
     "boundary_violations",
     "build_subject",
+    "close_subject",
+    "factory_name",
+    "subject_versions",
     "compare_observations",
     "describe_exception",
     "gate_retriever",
     "observe",
+    "reason_label",
     "AlphaSweep",
     "BEIR_LANES",
     "BeirLanes",

@@ -20,7 +20,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from labsrc.evaluation.gates import GateRun
-from labsrc.evaluation.report import compact_trace
+from labsrc.evaluation.traces import compact_trace
 
 __all__ = ["GATE_CLASSNAME", "junit_xml", "write_junit"]
 

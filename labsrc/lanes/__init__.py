@@ -110,6 +110,8 @@ from labsrc.lanes.vectordir import (
     read_id_list,
 )
 
+from labsrc.lanes.sources import load_dense_source, visible_chunks
+
 __all__ = [
     "Analyzer",
     "BM25Index",
@@ -166,6 +168,7 @@ __all__ = [
     "length_norm",
     "lesson_analyzer",
     "load_bm25_index",
+    "load_dense_source",
     "load_embeddings",
     "load_vector_dir",
     "load_vectors",
@@ -191,4 +194,5 @@ __all__ = [
     "tokens",
     "universe_stats",
     "vectors_match_texts",
+    "visible_chunks",
 ]

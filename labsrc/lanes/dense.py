@@ -273,12 +273,8 @@ _DEFAULT_SOURCE = EncoderVectors(HashingEncoder())
 
 
 def as_dense_source(vectors: DenseSource | Encoder | None) -> DenseSource:
-    """Accept a dense source, a bare encoder (wrapped in :class:`EncoderVectors`), or ``None``.
-
-    ``None`` is a run without vectors (a gate plug-in's factory gets it when no
-    ``--vectors`` are given): the dense lane then uses one shared
-    :class:`HashingEncoder`, which captures word overlap, not meaning.
-    """
+    """A dense source, a bare encoder (wrapped in :class:`EncoderVectors`), or ``None``: a run without
+    vectors, whose dense lane uses one shared :class:`HashingEncoder` (word overlap, not meaning)."""
     if vectors is None:
         return _DEFAULT_SOURCE
     if isinstance(vectors, DenseSource):
