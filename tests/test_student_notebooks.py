@@ -39,7 +39,7 @@ def _source(cell: dict) -> str:
 
 
 def test_every_lesson_has_a_twin():
-    assert [p.name[:2] for p in LESSONS] == [f"{n:02d}" for n in range(1, 13)]
+    assert [p.name[:2] for p in LESSONS] == [f"{n:02d}" for n in range(1, 14)]
     twins = sorted(p.name for p in make_students.STUDENT_DIR.glob("*.ipynb"))
     assert twins == [p.name for p in LESSONS]
 
