@@ -187,8 +187,11 @@ def evaluate_gates(
         results.append(not_tested("abstention", "abstention", "absent cases", config))
     else:
         overreach = tuple(o.case.name for o in absent if o.overreach())
-        returned = sum(len(o.returned) for o in absent)
-        detail = f"{plural(len(absent), 'case')}, {returned} fused ids returned for review"
+        returned = sum(len(set(o.returned) - set(o.case.forbidden)) for o in absent)
+        # What was checked (no forbidden id as evidence), then what came back anyway: permitted ids a reviewer
+        # should look at, which do not fail the gate.
+        detail = (f"{plural(len(absent), 'case')}, {len(overreach)} returned a forbidden id; "
+                  f"{plural(returned, 'other fused id')} returned, for review")
         findings = tuple(f"case {o.case.name!r}: returned {list(o.overreach())} as evidence" for o in absent if o.overreach())
         results.append(GateResult("abstention", not overreach, detail, overreach, family="abstention", findings=findings))
 

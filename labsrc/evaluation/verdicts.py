@@ -33,7 +33,7 @@ _ADD_CASES: Mapping[str, str] = MappingProxyType(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class GateResult:
     """One gate's verdict. ``family`` is a key of :data:`GATE_TABLE`.
 
@@ -55,10 +55,15 @@ class GateResult:
 
     @property
     def status(self) -> str:
-        """``PASS``, ``FAIL`` or ``NOT TESTED``."""
+        """``PASS``, ``FAIL`` or ``NOT TESTED``: read this, not ``passed``, to know what the gate measured."""
         if not self.tested:
             return NOT_TESTED
         return "PASS" if self.passed else "FAIL"
+
+    def __repr__(self) -> str:
+        # The status first: ``passed=True`` alone would read as PASS for a gate that measured nothing.
+        effect = "" if self.tested else f", fails the run: {not self.passed}"
+        return f"GateResult({self.status} {self.name!r}: {self.detail!r}{effect})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
