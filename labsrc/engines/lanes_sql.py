@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from labsrc.errors import InvalidArgument
+from labsrc.lanes.candidates import float32_cosine_margin
 from labsrc.lanes.dense import cosine_similarity
 from labsrc.lanes.sparse import idf_lucene
 from labsrc.ranking import top_k_positions
@@ -141,17 +142,6 @@ def sparse_lane(
 def vector_literal(vector: np.ndarray) -> str:
     """pgvector's text form, ``[x1,x2,...]``, with every float written exactly (``repr``)."""
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
-
-
-def float32_cosine_margin(dimension: int) -> float:
-    """A bound on |cos₃₂ − cos₆₄| for d-dimensional vectors, doubled (the k-th and a candidate both err).
-
-    Rounding the inputs to float32 and summing d products in float32 moves a
-    cosine by at most about (d + 4)·u, u = 2⁻²⁴ (Higham, *Accuracy and Stability
-    of Numerical Algorithms*, 2002, §3.1: recursive summation errs by γ_d ≈ d·u
-    relative to Σ|xᵢyᵢ| ≤ ‖x‖‖y‖).
-    """
-    return 2.0 * (dimension + 4) * 2.0**-24 + 1e-12
 
 
 _EXACT_SQL = """
