@@ -83,23 +83,23 @@ def test_filter_first_with_idf_from_every_stored_chunk_fails_on_its_scores(corpu
     assert findings and all("scores differ by up to" in line for line in findings)  # ids right, scores moved
 
 
-def test_ids_mode_forgives_scores_but_not_ids(corpus, tmp_path) -> None:
-    config = json.loads(corpus["gate.json"].read_text())
-    config["noninterference"] = "ids"
+def with_mode(corpus, tmp_path, mode: str) -> dict[str, Path]:
+    """The corpus files with the gate config's ``noninterference`` set to ``mode``."""
     path = tmp_path / "gate.json"
-    path.write_text(json.dumps(config))
-    code, out, _ = gate({**corpus, "gate.json": path}, "--retriever", f"{RETRIEVERS}:global_idf")
+    path.write_text(json.dumps({**json.loads(corpus["gate.json"].read_text()), "noninterference": mode}))
+    return {**corpus, "gate.json": path}
+
+
+def test_ids_mode_forgives_scores_but_not_ids(corpus, tmp_path) -> None:
+    ids_only = with_mode(corpus, tmp_path, "ids")
+    code, out, _ = gate(ids_only, "--retriever", f"{RETRIEVERS}:global_idf")
     assert code == 0, out  # same ids, same order: only the scores moved
-    code, out, _ = gate({**corpus, "gate.json": path}, "--retriever", f"{RETRIEVERS}:ignores_dates")
+    code, out, _ = gate(ids_only, "--retriever", f"{RETRIEVERS}:ignores_dates")
     assert code == 1 and status(out, "noninterference by rebuild") == "FAIL"
 
 
 def test_off_mode_leaves_the_noninterference_gates_out(corpus, tmp_path) -> None:
-    config = json.loads(corpus["gate.json"].read_text())
-    config["noninterference"] = "off"
-    path = tmp_path / "gate.json"
-    path.write_text(json.dumps(config))
-    code, out, _ = gate({**corpus, "gate.json": path}, "--retriever", f"{RETRIEVERS}:global_idf")
+    code, out, _ = gate(with_mode(corpus, tmp_path, "off"), "--retriever", f"{RETRIEVERS}:global_idf")
     assert code == 0 and "noninterference" not in out
 
 

@@ -49,17 +49,10 @@ def make_retriever(
 
     ``progress`` (a loading progress callback) is used by the postgres engine only.
     """
-    engine = getattr(args, "engine", None) or "memory"
-    dsn = getattr(args, "dsn", None)
-    if engine == "memory":
-        if dsn is not None:
-            raise InvalidArgument("--dsn applies to --engine postgres only")
-        kwargs.pop("progress", None)
-        return PolicyRetriever(chunks, vectors, **kwargs)
-    from labsrc.engines.postgres import PostgresRetriever
-
-    retriever = PostgresRetriever(chunks, vectors, dsn=dsn, **kwargs)
-    _OPEN.callback(retriever.close)
+    factory, _ = engine_factory(args, **kwargs)
+    retriever = factory(chunks, vectors)
+    if callable(getattr(retriever, "close", None)):
+        _OPEN.callback(retriever.close)  # before the shared server stops (an ExitStack unwinds last-in first)
     return retriever
 
 
