@@ -110,6 +110,7 @@ from labsrc.lanes.vectordir import (
     read_id_list,
 )
 
+from labsrc.lanes.candidates import Float32Pass, float32_cosine_margin
 from labsrc.lanes.sources import load_dense_source, visible_chunks
 
 __all__ = [
@@ -126,6 +127,7 @@ __all__ = [
     "Encoder",
     "EncoderVectors",
     "FixtureVectors",
+    "Float32Pass",
     "HashingEncoder",
     "INDEX_FORMAT",
     "INSTALL_HINT",
@@ -164,6 +166,7 @@ __all__ = [
     "encode_checked",
     "english_analyzer",
     "explain",
+    "float32_cosine_margin",
     "idf_lucene",
     "length_norm",
     "lesson_analyzer",
