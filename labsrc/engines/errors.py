@@ -38,7 +38,7 @@ def first_line(exc: BaseException) -> str:
 
 
 def server_name(dsn: str) -> str:
-    """Where a DSN points, without its password: ``host:port/dbname`` or the socket directory."""
+    """Where a DSN points, without its password: ``host:port/dbname`` or ``socket DIR, database DB``."""
     try:
         from psycopg.conninfo import conninfo_to_dict
 
@@ -48,8 +48,9 @@ def server_name(dsn: str) -> str:
     host = str(params.get("host") or params.get("hostaddr") or "localhost")
     port = str(params.get("port") or "5432")
     database = str(params.get("dbname") or params.get("user") or "")
-    where = f"socket {host}" if host.startswith("/") else f"{host}:{port}"
-    return f"{where}/{database}" if database else where
+    if host.startswith("/"):
+        return f"socket {host}, database {database}" if database else f"socket {host}"
+    return f"{host}:{port}/{database}" if database else f"{host}:{port}"
 
 
 def translate(exc: BaseException, server: str, timeouts: Timeouts) -> LabError:

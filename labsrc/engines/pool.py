@@ -25,6 +25,7 @@ finds some, the store's owner removes them and the session is replaced.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,11 @@ from typing import Any
 from labsrc.errors import InvalidArgument
 
 __all__ = ["DEFAULT_TIMEOUTS", "Timeouts", "reader_options", "role_has_defaults"]
+
+# The pool logs each failed reconnection as a warning; the engine reports the failure itself, as one
+# LabError. A NullHandler keeps Python's last-resort handler from printing them when the application
+# configured no logging (an application that did configure logging still receives them).
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)
