@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -265,12 +266,20 @@ class PostgresStore:
             if self.pool is not None:
                 self.pool.close(timeout=1.0)
             if self.admin is not None and self.server is None:  # an embedded server is deleted whole
-                with self._admin_lock, driver_errors(self.server_name, self.timeouts):
-                    # Other sessions of the role (connect_as ones left open) would block DROP ROLE.
-                    self.admin.execute(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (self.role,)
+                try:
+                    with self._admin_lock, driver_errors(self.server_name, self.timeouts):
+                        # Other sessions of the role (connect_as ones left open) would block DROP ROLE.
+                        self.admin.execute(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (self.role,)
+                        )
+                        drop_store(self.admin, self.schema, self.role)
+                except LabError as exc:
+                    if not isinstance(exc.__cause__, self._psycopg.OperationalError):
+                        raise
+                    # A server that is gone cannot be cleaned, and closing must not fail because of it.
+                    warnings.warn(
+                        f"schema {self.schema} and role {self.role} were not dropped: {exc}", RuntimeWarning, stacklevel=2
                     )
-                    drop_store(self.admin, self.schema, self.role)
         finally:
             try:
                 if self.admin is not None:
