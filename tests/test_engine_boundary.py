@@ -205,3 +205,35 @@ def test_blank_or_unstorable_caller_fields_are_refused_like_the_records_do(engin
         with pytest.raises(labsrc.InvalidArgument, match=message):
             engine.connect_as(caller, data.eval_date)
     assert engine.search("RPL-14", data.luna, data.eval_date, 2).fused
+
+
+def test_explain_analyze_does_not_count_other_tenants_rows(server):
+    # The postings key leads with region and tag, so the policy bounds the scan instead of filtering it:
+    # "Rows Removed by Filter" no longer counts the chunks of other regions and tags (the README's threat
+    # model says what it still counts: the caller's own region and tags outside the date window).
+    day = dt.date(2026, 5, 27)
+    own = [
+        labsrc.PolicyChunk(f"v{i}", "d", "p", "v", "EU", "support:eu", day - dt.timedelta(days=3), None, "refund laptop")
+        for i in range(30)
+    ]
+    others = [
+        labsrc.PolicyChunk(f"h{i}", "d", "p", "v", ("EU", "US")[i % 2], ("merchant:vip-ops", "support:eu")[i % 2],
+                           day - dt.timedelta(days=3), None, "zebrafix refund")
+        for i in range(300)
+    ]  # fmt: skip
+    caller = labsrc.Caller("l", "EU", {"support:eu"})
+    with PostgresRetriever(own + others, labsrc.HashingEncoder(dimension=8), dsn=server.dsn) as engine:
+        with engine.connect_as(caller, day) as conn:
+            plans = {
+                query: "\n".join(
+                    row[0] for row in conn.execute(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {query}")
+                )
+                for query in (
+                    "SELECT count(*) FROM lab_postings WHERE term = 'zebrafix'",
+                    "SELECT count(*), sum(doc_len) FROM lab_chunks",
+                )
+            }
+        assert engine.search("zebrafix", caller, day, 5).fused == ()
+    for query, plan in plans.items():
+        assert "Index Only Scan" in plan, plan
+        assert "Rows Removed" not in plan, (query, plan)
