@@ -6,14 +6,13 @@ transaction, and its authorization overwrites the first caller's. So every
 request borrows its own connection from a :class:`psycopg_pool.ConnectionPool`
 and runs in its own transaction on it, as psycopg's documentation shows::
 
-    with pool.connection() as conn, conn.transaction(force_rollback=True):
+    with pool.connection() as conn, conn.transaction():
         ...  # authorize, bm25, dense
 
-The transaction always rolls back: a request writes nothing, and a ``SET``
-made inside it (by a buggy or injected statement) ends with it instead of
-reaching the next request on the same connection. When a connection returns to
-the pool it is also ``DISCARD ALL``-ed (settings, temporary tables, prepared
-statements).
+The transaction is read-only, so it writes nothing. When a connection returns
+to the pool, ``RESET ALL; DISCARD TEMP`` undoes any ``SET`` a buggy or injected
+statement made and drops any temporary table, so none of it reaches the next
+request on that connection.
 
 Every reader session starts from :func:`reader_options`: the timeouts, the
 search path, read-only repeatable-read transactions and row security, sent in
