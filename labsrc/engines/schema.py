@@ -30,9 +30,12 @@ superuser, no ``BYPASSRLS``, no role memberships. Policies are ``FORCE``d, so
 even the owner's own queries are filtered (the owner has no policy, so it sees
 no rows; loading happens before the policies are switched on). Whatever SQL a
 lane runs as that role, a hidden row never reaches it: not in a result, not in a
-``count(*)``, not in a ``df``. The planner statistics of the text columns are
-switched off (``SET STATISTICS 0``), so ``pg_stats`` cannot show the role hidden
-terms, ids, regions or tags as "most common values" either.
+``count(*)``, not in a ``df``. The planner statistics of the content columns
+(terms, ids, text) are switched off (``SET STATISTICS 0``), so ``pg_stats``
+cannot show the role hidden terms or ids as "most common values" either. Region
+and tag keep theirs: without them the planner cannot size a caller's share and
+picks slow plans (an exact scan instead of the HNSW index), so their values and
+shares stay visible, like the row counts (see the README's threat model).
 """
 
 from __future__ import annotations
@@ -97,10 +100,11 @@ END
 $fn$
 """
 
-# The text columns whose planner statistics (pg_stats: most common values, histograms) would show hidden content.
+# The content columns whose planner statistics (pg_stats: most common values, histograms) would show hidden
+# terms, ids or text. Region and tag keep theirs: the planner needs them to size a caller's share.
 _NO_STATISTICS = {
-    "lab_chunks": ("chunk_id", "document_id", "version", "region", "acl_tag", "text"),
-    "lab_postings": ("term", "chunk_id", "region", "acl_tag"),
+    "lab_chunks": ("chunk_id", "document_id", "version", "text"),
+    "lab_postings": ("term", "chunk_id"),
 }
 
 _CHUNKS = """
@@ -169,8 +173,8 @@ def create_tables(conn: Any, schema: str, dimension: int) -> None:
 def create_indexes(conn: Any, schema: str) -> None:
     """Primary keys and the covering indexes, built once the rows are in; then fresh planner statistics.
 
-    The text columns get no statistics (``SET STATISTICS 0``): the reader role can read ``pg_stats`` for
-    any column it may ``SELECT``, and their most common values would name hidden terms, ids and tags.
+    The content columns get no statistics (``SET STATISTICS 0``): the reader role can read ``pg_stats`` for
+    any column it may ``SELECT``, and their most common values would name hidden terms and ids.
     """
     sql = _sql()
     for statement in _INDEXES:
