@@ -149,6 +149,15 @@ def test_a_lone_surrogate_in_a_chunk_is_refused_naming_it(server, data):
     assert "'c-bad'" in message and "'text'" in message and "lone surrogate" in message
 
 
+@pytest.mark.parametrize("field", ["region", "acl_tag"])
+def test_a_chunk_with_a_blank_region_or_tag_is_refused_like_the_records_do(server, field):
+    bad = chunk("c-blank")
+    object.__setattr__(bad, field, " ")  # built past the record constructor, which may refuse it itself
+    with pytest.raises(labsrc.InvalidArgument, match="non-blank") as caught:
+        PostgresRetriever([chunk(), bad], labsrc.HashingEncoder(dimension=8), dsn=server.dsn)
+    assert "'c-blank'" in one_line(caught.value) and repr(field) in str(caught.value)
+
+
 def test_a_one_megabyte_term_is_refused_naming_the_size_limit(server):
     rng = random.Random(7)
     giant = "".join(rng.choice(string.ascii_lowercase) for _ in range(1_000_000))  # one 1 MB token, incompressible

@@ -1,9 +1,11 @@
 """Engines: the same boundary, lanes and gates inside a real database.
 
 :class:`PostgresRetriever` enforces the evidence boundary with PostgreSQL
-row-level security, computes BM25 in SQL over the rows the caller may see, and
-searches vectors with pgvector; :class:`RetrieverUnderTest` states what any
-engine must provide to be gated. Needs the ``postgres`` extra
+row-level security over a signed, per-request token the reader role cannot
+forge, computes BM25 in SQL over the rows the caller may see, and searches
+vectors with pgvector; it is safe to share between threads (a pooled
+connection per request). :class:`RetrieverUnderTest` states what any engine
+must provide to be gated. Needs the ``postgres`` extra
 (``pip install 'hybrid-retrieval-lab[postgres]'``), imported only when used.
 """
 

@@ -246,6 +246,8 @@ class PostgresStore:
 
     def ensure_hnsw(self, m: int = 16, ef_construction: int = 64) -> dict[str, int]:
         """Build the HNSW index on the vectors (cosine), once; returns its parameters."""
+        if self.hnsw is not None:  # every hnsw request asks: no lock once it is built
+            return self.hnsw
         with self._admin_lock:
             if self.hnsw is None:
                 with driver_errors(self.server_name, self.timeouts):
