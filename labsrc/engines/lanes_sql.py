@@ -74,6 +74,7 @@ SELECT p.chunk_id,
            / (p.tf + %(k1)s::float8 * (%(omb)s::float8 + %(b)s::float8 * p.doc_len / %(avgdl)s::float8))
            ORDER BY q.ord) AS score
 FROM lab_postings AS p JOIN q ON q.term = p.term
+WHERE p.term = ANY (%(terms)s::text[])  -- an index condition whatever plan the join gets: only the query's postings are read
 GROUP BY p.chunk_id
 ORDER BY score DESC, p.chunk_id
 LIMIT %(top_k)s
