@@ -12,6 +12,7 @@ import pytest
 from labsrc import InvalidArgument
 from labsrc.cli.main import main
 from labsrc.course import LEVELS, find_submission, grade, parse_level
+from labsrc.course.submission import shell_path
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSEWORK = ROOT / "fixtures" / "coursework"
@@ -263,8 +264,8 @@ def test_queries_without_vectors_are_named_with_the_embed_command(tmp_path):
         handle.write(json.dumps({"name": "my-paraphrase", "query": "exchange my faulty secondhand computer",
                                  "caller": "luna-48291", "kind": "positive", "expected": ["eu-refurb-v2-rule"]}) + "\n")
     result = grade(sub, measure=False)
-    hint = (f"1 of your case queries has no vector: run `labsrc embed --chunks {POLICIES / 'chunks.jsonl'} "
-            f"--queries {sub / 'cases.jsonl'} --out {sub / 'vectors' / 'all-MiniLM-L6-v2'}`")
+    hint = (f"1 of your case queries has no vector: run `labsrc embed --chunks {shell_path(POLICIES / 'chunks.jsonl')} "
+            f"--queries {shell_path(sub / 'cases.jsonl')} --out {shell_path(sub / 'vectors' / 'all-MiniLM-L6-v2')}`")
     assert any(line.startswith(f"vectors: {hint}") for line in result.inputs)
     met, detail = _evidence(result, "Applied")["the dense lane recovers it"]
     assert not met and detail.startswith(hint) and detail.endswith("without one the dense lane is empty for my-paraphrase")

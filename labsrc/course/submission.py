@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.errors import InvalidArgument
 
-__all__ = ["Submission", "find_submission"]
+__all__ = ["MODEL_FOLDER", "Submission", "find_submission", "shell_path"]
+
+#: The vector folder ``labsrc embed`` writes for the course model, inside a submission's ``vectors/``.
+MODEL_FOLDER = "all-MiniLM-L6-v2"
+
+
+def shell_path(path: Path) -> str:
+    """``path`` as a learner types it in a shell: relative to the current directory when it is under it
+    (``my-submission/cases.jsonl``), absolute otherwise, and quoted when it holds spaces."""
+    absolute = Path(os.path.abspath(path))
+    here = Path(os.getcwd())
+    try:
+        shown = str(absolute.relative_to(here))
+    except ValueError:
+        shown = str(absolute)
+    return shlex.quote(shown)
 
 
 @dataclass(frozen=True)
@@ -23,6 +40,22 @@ class Submission:
     vectors: Path | None
     report: Path | None
     course: Path
+
+    @property
+    def vectors_out(self) -> Path:
+        """Where ``labsrc embed`` writes this submission's vectors (the folder it has, or the course's layout)."""
+        return self.vectors if self.vectors is not None else self.root / "vectors" / MODEL_FOLDER
+
+    def embed_command(self) -> str:
+        """The ``labsrc embed`` command for this submission, runnable as printed from the current directory."""
+        return (f"labsrc embed --chunks {shell_path(self.chunks)} --queries {shell_path(self.cases)} "
+                f"--out {shell_path(self.vectors_out)}")
+
+    def gate_command(self) -> str:
+        """The ``labsrc gate`` command that writes this submission's ``report/``, runnable as printed."""
+        return (f"labsrc gate --chunks {shell_path(self.chunks)} --callers {shell_path(self.callers)} "
+                f"--cases {shell_path(self.cases)} --vectors {shell_path(self.vectors_out)} "
+                f"--config {shell_path(self.course / 'gate.json')} --out {shell_path(self.root / 'report')}")
 
     def describe(self, path: Path | None) -> str:
         if path is None:
