@@ -5,8 +5,12 @@ hints, and a graded level with its evidence.
 """
 
 from labsrc.course.answers import (
+    ANSWER_SHAPES,
     BLANK_ANSWERS,
+    AnswerShape,
     BlankAnswer,
+    WrongAnswer,
+    answer_problem,
     is_blank,
     require_answer,
 )
@@ -66,6 +70,8 @@ from labsrc.course.thresholds import (
 
 __all__ = [
     "ADVERSARIAL_KINDS",
+    "ANSWER_SHAPES",
+    "AnswerShape",
     "BLANK_ANSWERS",
     "BlankAnswer",
     "CheckFailed",
@@ -82,6 +88,8 @@ __all__ = [
     "SHOWN_PER_KIND",
     "Submission",
     "TRACE_VERSION_KEYS",
+    "WrongAnswer",
+    "answer_problem",
     "applied",
     "check_adversarial_cases",
     "check_candidates_artifact",
