@@ -59,8 +59,12 @@ from labsrc.course.rubric import (
     read_report,
 )
 from labsrc.course.submission import (
+    SUBMISSION_ENV,
+    SUBMISSION_NAME,
     Submission,
     find_submission,
+    my_submission,
+    read_my_cases,
 )
 from labsrc.course.thresholds import (
     HYBRID_RULE_STRENGTH,
@@ -86,6 +90,8 @@ __all__ = [
     "QUERY_STYLES",
     "QUESTION_WORDS",
     "SHOWN_PER_KIND",
+    "SUBMISSION_ENV",
+    "SUBMISSION_NAME",
     "Submission",
     "TRACE_VERSION_KEYS",
     "WrongAnswer",
@@ -108,11 +114,13 @@ __all__ = [
     "grade_json",
     "hidden_ids_in",
     "is_blank",
+    "my_submission",
     "parse_level",
     "policy_codes",
     "production",
     "query_style",
     "rank_problem",
+    "read_my_cases",
     "read_report",
     "relaxed_settings",
     "require_answer",
