@@ -4,13 +4,24 @@ versions are excluded from that by notebooks/exercises/conftest.py.)"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from labsrc.course import SUBMISSION_ENV
+
 EXERCISES = Path(__file__).resolve().parent.parent / "notebooks" / "exercises"
 STUDENT = sorted(p for p in EXERCISES.glob("*.ipynb") if not p.stem.endswith("-solution"))
+_spec = importlib.util.spec_from_file_location("exercise_conftest", EXERCISES / "conftest.py")
+
+
+def _seeded_submission(parent: Path) -> Path:
+    """A learner's my-submission after exercises 1 and 2 and labsrc embed (notebooks/exercises/conftest.py)."""
+    module = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(module)
+    return module.seeded_submission(parent)
 
 #: Student notebook → phrases its failing check must say, as the learner reads them.
 EXPECTED_FEEDBACK = {
@@ -75,9 +86,11 @@ def test_student_versions_are_handed_out_without_outputs():
 
 
 @pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.stem)
-def test_student_version_fails_its_check_helpfully(path):
+def test_student_version_fails_its_check_helpfully(path, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
+    # The kernel inherits the environment: the exercises' my-submission is a temporary copy, never the repository's.
+    monkeypatch.setenv(SUBMISSION_ENV, str(_seeded_submission(tmp_path)))
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(EXERCISES)}})
     with pytest.raises(nbclient.exceptions.CellExecutionError) as info:
