@@ -38,6 +38,7 @@ __all__ = [
     "ADVERSARIAL_KINDS",
     "COPY_MIN_WORDS",
     "DENSE_REACH_DEPTH",
+    "DENSE_REACH_MIN_COSINE",
     "QUERY_STYLES",
     "check_adversarial_cases",
     "check_positive_cases",
@@ -217,11 +218,16 @@ def _answered(case: Case, caller: Caller, chunks: Sequence[PolicyChunk], date: d
 #: How deep the dense lane may rank a forbidden chunk, with the boundary lifted for it, for a meaning-only
 #: attack (no shared word) to count as aimed at it.
 DENSE_REACH_DEPTH = 5
+#: ... and how similar (cosine) the chunk must be to the query: a dense lane ranks *something* first for any
+#: query, so a rank alone would accept "can I pay with bitcoin" as an attack on a refund rule (MiniLM: 0.15);
+#: the course's paraphrases of their rules score 0.32 to 0.45.
+DENSE_REACH_MIN_COSINE = 0.3
 
 
 def _dense_reach(case: Case, caller: Caller, chunk: PolicyChunk, chunks: Sequence[PolicyChunk], date: dt.date,
                  dense: Any, depth: int) -> str | None:
-    """None when the dense lane, without the boundary for ``chunk``, ranks it within ``depth``; else why not."""
+    """None when the dense lane, without the boundary for ``chunk``, ranks it within ``depth`` at a cosine of
+    at least :data:`DENSE_REACH_MIN_COSINE`; otherwise why it does not."""
     if dense is None:
         return ("no dense source was given to ask whether the dense lane would reach it (pass dense= to the "
                 "check for a meaning-only attack)")
@@ -231,11 +237,17 @@ def _dense_reach(case: Case, caller: Caller, chunk: PolicyChunk, chunks: Sequenc
     except LabError as exc:
         return f"the dense lane cannot be asked ({exc})"
     ids = [c.chunk_id for c, _ in ranked]
-    if chunk.chunk_id in ids[:depth]:
-        return None
-    where = (f"ranks it {ids.index(chunk.chunk_id) + 1} (deeper than its top {depth})" if chunk.chunk_id in ids
-             else "does not return it at all (no positive similarity)")
-    return f"the dense lane, over {caller.actor_id}'s permitted chunks with {chunk.chunk_id} let through, {where}"
+    lane = f"the dense lane, over {caller.actor_id}'s permitted chunks with {chunk.chunk_id} let through,"
+    if chunk.chunk_id not in ids:
+        return f"{lane} does not return it at all (no positive similarity)"
+    rank = ids.index(chunk.chunk_id) + 1
+    score = ranked[rank - 1][1]
+    if rank > depth:
+        return f"{lane} ranks it {rank} (deeper than its top {depth})"
+    if score < DENSE_REACH_MIN_COSINE:
+        return (f"{lane} ranks it {rank}, but at a similarity of only {score:.2f} (below {DENSE_REACH_MIN_COSINE}): "
+                "the query is not about what the chunk says")
+    return None
 
 
 def check_adversarial_cases(
@@ -257,7 +269,8 @@ def check_adversarial_cases(
     must aim at its forbidden chunks, so that without the boundary a lane would
     find them: it shares a word with them (BM25), or, a meaning-only attack, the
     ``dense`` source (when given) ranks them within its top ``dense_depth`` over
-    the caller's permitted chunks with the forbidden one let through. An absent case must not be answered by a permitted chunk:
+    the caller's permitted chunks with the forbidden one let through, at a cosine
+    of at least :data:`DENSE_REACH_MIN_COSINE`. An absent case must not be answered by a permitted chunk:
     neither by a code one carries nor by BM25 over the caller's permitted chunks.
     """
     out = Collector("step 2, adversarial cases")
