@@ -385,3 +385,16 @@ def test_a_gate_written_trace_of_a_case_no_lane_found_passes(corpus, source):
     traces = [compact_trace(o, run) for o in run.failed_outcomes]
     result = check_failed_traces(traces, run, chunks, callers)
     assert result.passed, result
+
+
+def test_the_reported_meaning_only_attack_is_accepted_with_the_real_encoder(corpus):
+    """The attack from the issue, embedded live (the embed extra): no shared word, the same need."""
+    pytest.importorskip("sentence_transformers")
+    chunks, callers, _ = corpus
+    live = load_embeddings(POLICIES / "vectors" / "all-MiniLM-L6-v2", chunks=chunks, allow_live=True)
+    solution = [c for c in load_cases(SOLUTION / "cases.jsonl") if c.kind != "positive"]
+    attack = Case(name="second-hand-notebook", query="instant money back when my second-hand notebook arrives broken",
+                  caller="luna-48291", kind="restricted", forbidden=("merchant-vip-refurb",))
+    result = check_adversarial_cases([*solution, attack], chunks, callers, EVAL_DATE, dense=live)
+    assert result.passed, result
+    assert any(p.startswith("second-hand-notebook: a meaning-only attack") for p in result.passes)
