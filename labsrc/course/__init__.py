@@ -59,12 +59,14 @@ from labsrc.course.rubric import (
     read_report,
 )
 from labsrc.course.submission import (
+    MODEL_FOLDER,
     SUBMISSION_ENV,
     SUBMISSION_NAME,
     Submission,
     find_submission,
     my_submission,
     read_my_cases,
+    shell_path,
 )
 from labsrc.course.thresholds import (
     HYBRID_RULE_STRENGTH,
@@ -86,6 +88,7 @@ __all__ = [
     "HYBRID_RULE_STRENGTH",
     "LEVELS",
     "LevelVerdict",
+    "MODEL_FOLDER",
     "PERCENTILE_METHOD",
     "QUERY_STYLES",
     "QUESTION_WORDS",
@@ -125,5 +128,6 @@ __all__ = [
     "relaxed_settings",
     "require_answer",
     "rrf_of_ranks",
+    "shell_path",
     "strong",
 ]

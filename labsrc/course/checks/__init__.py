@@ -23,6 +23,8 @@ from labsrc.course.checks.cases import (
     QUERY_STYLES,
     check_adversarial_cases,
     check_positive_cases,
+    copied_words,
+    id_hint,
 )
 from labsrc.course.checks.comparison import (
     PERCENTILE_METHOD,
@@ -85,8 +87,10 @@ __all__ = [
     "chunk_titles_by_field",
     "content_words",
     "copied_query_vectors",
+    "copied_words",
     "distinct_digits",
     "hidden_ids_in",
+    "id_hint",
     "policy_codes",
     "query_style",
     "rank_problem",
