@@ -5,8 +5,14 @@ learner must pass is, character for character, the check the solution passes (te
 asserts this). After editing, regenerate and re-execute the solutions:
 
     python notebooks/exercises/make_exercises.py [NN-name ...]
+    export LABSRC_SUBMISSION="$(python notebooks/exercises/make_exercises.py --seed)"   # a temporary my-submission
     for n in notebooks/exercises/*-solution.ipynb; do jupyter nbconvert --to notebook --execute --inplace "$n"; done
+    unset LABSRC_SUBMISSION
     pytest --nbval --nbval-current-env notebooks/exercises/      # twice: outputs must replay
+
+The exercises read and write the learner's my-submission folder (labsrc.course.my_submission); executing the
+solutions without LABSRC_SUBMISSION would write into the repository's own. ``--seed`` prints a temporary one
+holding the model answer's cases and vectors, as notebooks/exercises/conftest.py gives nbval.
 
 Student versions are written without outputs; do not execute them in place.
 """
@@ -689,7 +695,21 @@ def build(cells, variant):
     return nb
 
 
+def seed() -> Path:
+    """A fresh temporary my-submission seeded as notebooks/exercises/conftest.py seeds it for nbval."""
+    import importlib.util
+    import tempfile
+
+    spec = importlib.util.spec_from_file_location("exercise_conftest", OUT / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.seeded_submission(Path(tempfile.mkdtemp(prefix="labsrc-exercises-")))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--seed"]:
+        print(seed())
+        sys.exit(0)
     OUT.mkdir(parents=True, exist_ok=True)
     only = sys.argv[1:] or list(EXERCISES)
     for name in only:
