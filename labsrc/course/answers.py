@@ -130,6 +130,7 @@ ANSWER_SHAPES: dict[str, AnswerShape] = {
     "score_bm25_only": AnswerShape("number"),
     "short_share": AnswerShape("number"),
     "enough_ef": AnswerShape("int"),
+    "which_gate": AnswerShape("str"),
 }
 
 
