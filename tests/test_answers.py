@@ -1,10 +1,10 @@
-"""labsrc.course.answers: a blank "Check yourself" answer stops its check with the hint, not a TypeError."""
+"""labsrc.course.answers: a blank or wrong-typed "Check yourself" answer stops its check with the hint, not a TypeError."""
 
 from __future__ import annotations
 
 import pytest
 
-from labsrc.course import BlankAnswer, CheckFailed, is_blank, require_answer
+from labsrc.course import ANSWER_SHAPES, BlankAnswer, CheckFailed, WrongAnswer, is_blank, require_answer
 
 
 @pytest.mark.parametrize("value", [..., None])
@@ -26,8 +26,6 @@ def test_falsy_answers_are_answers(value):
 
 # --- wrong type or shape (issue 23) -----------------------------------------------------------------
 
-
-from labsrc.course import ANSWER_SHAPES, WrongAnswer  # noqa: E402
 
 
 @pytest.mark.parametrize(("name", "value", "said"), [

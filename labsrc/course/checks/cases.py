@@ -25,12 +25,12 @@ from labsrc.course.checks.evidence import (
     query_style,
 )
 from labsrc.course.checks.result import CheckResult, Collector
+from labsrc.errors import LabError
 from labsrc.evaluation.case_rules import case_problems
 from labsrc.evaluation.gates import as_caller_map
 from labsrc.lanes.analysis import tokens
 from labsrc.lanes.dense import dense_rank
 from labsrc.lanes.sparse import bm25_rank
-from labsrc.errors import LabError
 from labsrc.records.cases import NEGATIVE_KINDS, Case, case_format_problems
 from labsrc.records.policy import Caller, PolicyChunk
 
