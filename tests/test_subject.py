@@ -101,3 +101,12 @@ def test_dotted_factory_and_module_names(tmp_path) -> None:
 
 def test_describe_exception_without_traceback() -> None:
     assert describe_exception(ValueError("plain")) == "ValueError: plain"
+
+
+def test_the_labs_own_refusal_of_bad_input_stops_the_run() -> None:
+    class Refuses:
+        def search(self, query, caller, on_date, top_k):
+            raise labsrc.InvalidArgument("query 'q' has no stored vector")
+
+    with pytest.raises(labsrc.InvalidArgument, match="no stored vector"):
+        observe(Refuses(), "q", ME, DAY, 2)

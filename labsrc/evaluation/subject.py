@@ -239,7 +239,11 @@ def _pairs(out: Any, top_k: int) -> tuple[tuple[str, float], ...]:
 def observe(
     subject: Subject, query: str, caller: Caller, on_date: dt.date, top_k: int, *, query_kind: str = "adhoc"
 ) -> Observation:
-    """Call ``subject.search`` once and record what it showed; never raises for the subject's own errors."""
+    """Call ``subject.search`` once and record what it showed.
+
+    Whatever the subject raises becomes the observation's ``error`` (the case fails, the run goes on),
+    except a :class:`~labsrc.errors.LabError`: the lab's own refusal of bad input stops the run.
+    """
     search = subject.search
     kwargs = {"query_kind": query_kind} if _accepts_query_kind(search) else {}
     start = time.perf_counter()
@@ -257,7 +261,9 @@ def observe(
                     raise TypeError(f"the {lane} lane returned {len(pairs)} results for top_k={top_k}")
             return Observation(lanes, out.trace.to_dict(include_timings=False), out.trace.timings_ms)
         return Observation({"hybrid": _pairs(out, top_k)}, None, {"request": elapsed})
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SystemExit, LabError):
+        # The lab's own errors mean bad input (a query with no stored vector, a bad argument): the run
+        # stops with that message and exit 2, as before. Anything else is the subject's failure.
         raise
     except Exception as exc:
         return Observation({"hybrid": ()}, None, {}, error=describe_exception(exc))
