@@ -20,7 +20,7 @@ import numpy as np
 from labsrc.cache import LRUCache
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.analysis import lesson_analyzer
-from labsrc.ranking import check_top_k, top_k_positions
+from labsrc.ranking import check_query, check_top_k, top_k_positions
 from labsrc.records.loading import Field, load_json
 from labsrc.records.policy import PolicyChunk, chunk_lookup
 
@@ -316,7 +316,7 @@ class DenseIndex:
         A row's cosine does not depend on which other rows are stored or kept.
         """
         top_k = check_top_k(top_k)
-        if not query.strip() or not self.chunks:
+        if not check_query(query, None).strip() or not self.chunks:
             return []
         if mask is not None:
             n_rows = self.matrix.shape[0]
@@ -353,7 +353,7 @@ def dense_rank(
     universe and cached.
     """
     top_k = check_top_k(top_k)
-    if not query.strip():
+    if not check_query(query, None).strip():
         return []
     source = as_dense_source(vectors)
     universe_chunks = tuple(chunk_lookup(chunks).values())

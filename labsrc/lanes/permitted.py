@@ -33,7 +33,7 @@ from labsrc.errors import InvalidArgument
 from labsrc.lanes.bm25 import bm25_term_score, idf_lucene, length_norm
 from labsrc.lanes.maxscore import find, maxscore_candidates, score_candidates
 from labsrc.lanes.sparse import BM25Index
-from labsrc.ranking import check_top_k, top_k_entries, top_k_positions
+from labsrc.ranking import check_query, check_top_k, top_k_entries, top_k_positions
 
 __all__ = ["PermittedBM25", "UniverseStats", "mask_key", "universe_stats"]
 
@@ -285,7 +285,7 @@ class PermittedBM25:
     def search(self, query: str, mask: np.ndarray, top_k: int) -> list[tuple[str, float]]:
         """The ``top_k`` ``(id, score)`` pairs for ``query`` within the mask's universe."""
         top_k = check_top_k(top_k)
-        if not query.strip():
+        if not check_query(query, None).strip():
             return []
         ids = self.index.ids
         return [(ids[p], s) for p, s in self.search_terms(self.index.analyzer(query), mask, top_k)]

@@ -36,7 +36,7 @@ from labsrc.lanes.bm25 import (
 )
 from labsrc.lanes.maxscore import StoredTerm, maxscore_candidates, score_candidates
 from labsrc.lanes.postings import TermColumns, pack_postings, query_scores
-from labsrc.ranking import check_top_k, top_k_entries
+from labsrc.ranking import check_query, check_top_k, top_k_entries
 from labsrc.records.policy import PolicyChunk, chunk_lookup
 
 __all__ = ["BM25Index", "bm25_rank", "explain", "sparse_index_for"]
@@ -214,7 +214,7 @@ class BM25Index:
         query counts once per occurrence (Robertson's qtf with k3 → ∞, as in Lucene),
         added where it occurs, as :func:`~labsrc.lanes.bm25.brute_force_bm25` adds.
         """
-        return self.score_terms(self.analyzer(query))
+        return self.score_terms(self.analyzer(check_query(query, None)))
 
     def score_terms(self, terms: Sequence[str]) -> np.ndarray:
         """:meth:`score_all` for a query that is already analysed into ``terms``.
@@ -238,7 +238,7 @@ class BM25Index:
     def search(self, query: str, top_k: int) -> list[tuple[str, float]]:
         """The ``top_k`` ``(id, score)`` pairs with score > 0, by (score desc, id asc)."""
         top_k = check_top_k(top_k)
-        if not query.strip() or self.n_docs == 0:
+        if not check_query(query, None).strip() or self.n_docs == 0:
             return []
         return self._top(self.score_all(query), top_k)
 
@@ -307,6 +307,7 @@ class BM25Index:
 
         The contributions add up to the document's score.
         """
+        check_query(query, None)
         pos = self._positions.get(doc_id)
         if pos is None:
             raise InvalidArgument(f"{doc_id!r} is not in this index (is it outside the caller's universe?)")
@@ -368,7 +369,7 @@ def bm25_rank(
     chunk_id asc), at most ``top_k``.
     """
     top_k = check_top_k(top_k)
-    if not query.strip():
+    if not check_query(query, None).strip():
         return []
     lookup = chunk_lookup(chunks)
     index = sparse_index_for(list(lookup.values()), analyzer=analyzer, k1=k1, b=b)

@@ -56,7 +56,7 @@ from labsrc.patterns.dropin_records import POLICY_FIELDS, DropinRecord, record_f
 from labsrc.patterns.dropin_text import DROPIN_ANALYZER, make_snippet, rrf, tokenize
 from labsrc.patterns.expansion import QueryExpander
 from labsrc.patterns.filters import check_filter, matches_filter
-from labsrc.ranking import check_top_k
+from labsrc.ranking import DEFAULT_MAX_QUERY_CHARS, check_max_query_chars, check_query, check_top_k
 from labsrc.records.loading import iter_jsonl, parse_date
 from labsrc.records.policy import Caller, chunk_lookup
 from labsrc.retriever.engine import LaneEngine
@@ -106,7 +106,9 @@ class HybridRetriever:
         expander: QueryExpander | None = None,
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
+        max_query_chars: int | None = DEFAULT_MAX_QUERY_CHARS,
     ) -> None:
+        self.max_query_chars = check_max_query_chars(max_query_chars)
         kinds = {r.has_policy for r in records}
         if len(kinds) > 1:
             plain = next(r for r in records if not r.has_policy)
@@ -144,6 +146,7 @@ class HybridRetriever:
             analyzer=DROPIN_ANALYZER,
             k1=k1,
             b=b,
+            max_query_chars=None,  # search() checks the caller's query; the expander may lengthen it
         )
         self.boundary = BoundaryIndex(self.engine.chunks)
         by_id = {r.chunk.chunk_id: r for r in records}
@@ -164,6 +167,7 @@ class HybridRetriever:
         expander: QueryExpander | None = None,
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
+        max_query_chars: int | None = DEFAULT_MAX_QUERY_CHARS,
     ) -> HybridRetriever:
         """Index a list of dicts. Each needs ``chunk_id`` and ``text_key``; see the module docs.
 
@@ -172,13 +176,15 @@ class HybridRetriever:
         ``embeddings`` (optional, [N, D], rows in the order of ``chunks``) are
         precomputed document vectors: then the embedder only encodes queries.
         ``expander`` is a :class:`~labsrc.patterns.expansion.QueryExpander` (see :meth:`plan`);
-        ``k1`` and ``b`` are the BM25 parameters.
+        ``k1`` and ``b`` are the BM25 parameters; ``max_query_chars`` the longest query
+        :meth:`search` accepts (``None``: no limit).
         """
         records = [
             record_from_dict(record, text_key=text_key, title_key=title_key, where=f"chunks[{i}]")
             for i, record in enumerate(chunks)
         ]
-        return cls(records, embedder=embedder, embeddings=embeddings, expander=expander, k1=k1, b=b)
+        return cls(records, embedder=embedder, embeddings=embeddings, expander=expander, k1=k1, b=b,
+                   max_query_chars=max_query_chars)
 
     @classmethod
     def from_jsonl(
@@ -192,6 +198,7 @@ class HybridRetriever:
         expander: QueryExpander | None = None,
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
+        max_query_chars: int | None = DEFAULT_MAX_QUERY_CHARS,
     ) -> HybridRetriever:
         """Read one JSON object per line, then as :meth:`from_chunks`. Errors name the file, line and field."""
         records: list[DropinRecord] = []
@@ -208,7 +215,8 @@ class HybridRetriever:
                 )
             seen[chunk_id] = line
             records.append(item)
-        return cls(records, embedder=embedder, embeddings=embeddings, expander=expander, k1=k1, b=b)
+        return cls(records, embedder=embedder, embeddings=embeddings, expander=expander, k1=k1, b=b,
+                   max_query_chars=max_query_chars)
 
     @classmethod
     def from_store(
@@ -219,6 +227,7 @@ class HybridRetriever:
         expander: QueryExpander | None = None,
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
+        max_query_chars: int | None = DEFAULT_MAX_QUERY_CHARS,
     ) -> HybridRetriever:
         """Rebuild from a :class:`~labsrc.patterns.store.SQLiteStore` without re-embedding.
 
@@ -253,7 +262,8 @@ class HybridRetriever:
                     "pass the embedder that made the stored vectors"
                 )
             embeddings = np.stack(rows)
-        return cls(records, embedder=retriever_embedder, embeddings=embeddings, expander=expander, k1=k1, b=b)
+        return cls(records, embedder=retriever_embedder, embeddings=embeddings, expander=expander, k1=k1, b=b,
+                   max_query_chars=max_query_chars)
 
     # --- the universe ------------------------------------------------------------------
 
@@ -292,8 +302,7 @@ class HybridRetriever:
         expanded text, the embedding lane keeps the original wording, and
         :func:`~labsrc.fusion.weighted.adaptive_fusion_params` switches to (10, 3.0, 0.3).
         """
-        if not isinstance(query, str):
-            raise InvalidArgument(f"query must be a string, not {type(query).__name__}")
+        check_query(query, self.max_query_chars)
         expanded, fired = (query, ()) if self.expander is None else self.expander.expand(query)
         return QueryPlan(query, expanded, query, fired, adaptive_fusion_params(bool(fired)))
 
@@ -317,6 +326,7 @@ class HybridRetriever:
         before ranking. Results are sorted by (rrf_score desc, chunk_id asc). A
         blank query returns ``[]``.
         """
+        check_query(query, self.max_query_chars)
         k_bm25, k_embed, k = check_top_k(k_bm25, "k_bm25"), check_top_k(k_embed, "k_embed"), check_top_k(k, "k")
         mask = self._mask(caller, on_date, where)
         plan = self.plan(query)

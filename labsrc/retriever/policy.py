@@ -19,7 +19,7 @@ from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k, reciprocal_rank_fusion
 from labsrc.lanes.analysis import Analyzer, lesson_analyzer
 from labsrc.lanes.bm25 import DEFAULT_B, DEFAULT_K1
 from labsrc.lanes.dense import DenseSource, Encoder, as_dense_source
-from labsrc.ranking import check_top_k
+from labsrc.ranking import DEFAULT_MAX_QUERY_CHARS, check_max_query_chars, check_query, check_top_k
 from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
 from labsrc.retriever.engine import LaneEngine
 from labsrc.trace import RetrievalTrace, StageTimer
@@ -110,6 +110,10 @@ class PolicyRetriever:
         RRF's smoothing constant (not the number of results; that is ``top_k``).
     weights:
         Optional per-lane RRF weights, ``{"bm25": w, "dense": w}``.
+    max_query_chars:
+        The longest query :meth:`search` accepts, in characters (``None``: no
+        limit). Search time grows linearly with the query; this refuses a
+        runaway one at once with :class:`~labsrc.errors.InvalidArgument`.
     """
 
     def __init__(
@@ -123,14 +127,19 @@ class PolicyRetriever:
         rrf_k: float = DEFAULT_RRF_K,
         weights: Mapping[str, float] | None = None,
         universe_cache_size: int = 8,
+        max_query_chars: int | None = DEFAULT_MAX_QUERY_CHARS,
     ) -> None:
+        self.max_query_chars = check_max_query_chars(max_query_chars)
         self.chunks = tuple(chunk_lookup(chunks).values())
         self.vectors = as_dense_source(vectors)
         self.analyzer = analyzer
         self.k1 = k1
         self.b = b
         # Both lanes over every stored chunk; each request hands the engine the boundary's mask.
-        self.engine = LaneEngine(self.chunks, self.vectors, analyzer=analyzer, k1=k1, b=b, cache_size=universe_cache_size)
+        self.engine = LaneEngine(
+            self.chunks, self.vectors, analyzer=analyzer, k1=k1, b=b, cache_size=universe_cache_size,
+            max_query_chars=None,  # search() checks the query against this retriever's limit
+        )  # fmt: skip
         # The boundary's masks are over the engine's chunk order (sorted by chunk_id).
         self.boundary = BoundaryIndex(self.engine.chunks)
         self.rrf_k = check_rrf_k(rrf_k)
@@ -155,8 +164,16 @@ class PolicyRetriever:
         *,
         query_kind: str = "adhoc",
     ) -> RetrievalResult:
-        """Run one request: authorize → bm25 → dense → fusion, each timed."""
+        """Run one request: authorize → bm25 → dense → fusion, each timed.
+
+        Arguments of the wrong type raise :class:`~labsrc.errors.InvalidArgument`
+        naming the argument, before any work is done.
+        """
+        check_query(query, self.max_query_chars)
+        check_caller(caller)
         top_k = check_top_k(top_k)
+        if not isinstance(query_kind, str):
+            raise InvalidArgument(f"query_kind must be a str, not {type(query_kind).__name__}")
         timer = StageTimer()
         sparse: list[tuple[PolicyChunk, float]] = []
         dense: list[tuple[PolicyChunk, float]] = []
@@ -175,6 +192,14 @@ class PolicyRetriever:
         return RetrievalResult.from_lanes(
             sparse, dense, fused, versions=self.versions(on_date), query_kind=query_kind, timings_ms=timer.timings_ms
         )
+
+
+def check_caller(caller: object, name: str = "caller") -> Caller:
+    """``caller`` must be a :class:`~labsrc.records.policy.Caller` (an actor id string is not one)."""
+    if not isinstance(caller, Caller):
+        hint = "; look it up first, e.g. lesson().caller(actor_id)" if isinstance(caller, str) else ""
+        raise InvalidArgument(f"{name} must be a labsrc.Caller, not {type(caller).__name__}{hint}")
+    return caller
 
 
 _RETRIEVERS: LRUCache[tuple[Sequence[PolicyChunk], PolicyRetriever]] = LRUCache(maxsize=4)
@@ -213,7 +238,7 @@ def hybrid_rank(
 ) -> list[tuple[PolicyChunk, float]]:
     """The lesson's hybrid: boundary, then BM25 and dense at ``top_k``, then RRF cut to ``top_k``."""
     top_k = check_top_k(top_k)
-    if not query.strip():
+    if not check_query(query, None).strip():
         return []
     return list(retriever_for(chunks, vectors).search(query, caller, on_date, top_k).fused)
 
