@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
 from operator import itemgetter
+from pathlib import Path
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from labsrc.lanes.bm25 import (
     idf_lucene,
     length_norm,
 )
+from labsrc.lanes.index_files import read_index, write_index
 from labsrc.lanes.maxscore import StoredTerm, maxscore_candidates, score_candidates
 from labsrc.lanes.postings import TermColumns, pack_postings, query_scores
 from labsrc.ranking import check_query, check_top_k, top_k_entries
@@ -190,6 +192,17 @@ class BM25Index:
             b=b,
         )
 
+    # --- files (labsrc.lanes.persistence) ---------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write the index to the folder ``path``, atomically; the old save stays loadable until then."""
+        return write_index(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path, mmap: bool = False) -> BM25Index:
+        """An index written by :meth:`save`, checked; ``mmap=True`` maps its arrays read-only."""
+        return cls(**read_index(path, mmap=bool(mmap)))
+
     # --- statistics ---------------------------------------------------------------
 
     def df(self, term: str) -> int:
@@ -240,7 +253,7 @@ class BM25Index:
         top_k = check_top_k(top_k)
         if not check_query(query, None).strip() or self.n_docs == 0:
             return []
-        return self._top(self.score_all(query), top_k)
+        return self._pairs(*top_k_entries(self.score_all(query), top_k))
 
     def search_terms(self, terms: Sequence[str], top_k: int) -> list[tuple[str, float]]:
         """:meth:`search` for a query that is already analysed into ``terms``.
@@ -298,9 +311,6 @@ class BM25Index:
             return [(self.ids[int(positions[0])], float(scores[0]))]
         # itemgetter(*many) looks all the ids up in one call (it returns a tuple for two or more).
         return list(zip(itemgetter(*positions.tolist())(self.ids), scores.tolist())) if positions.size else []
-
-    def _top(self, scores: np.ndarray, top_k: int) -> list[tuple[str, float]]:
-        return self._pairs(*top_k_entries(scores, top_k))
 
     def explain(self, query: str, doc_id: str) -> list[TermExplanation]:
         """Each query term's idf, tf, length norm and contribution to ``doc_id``'s score.
