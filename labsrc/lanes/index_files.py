@@ -39,7 +39,8 @@ from labsrc.lanes.analysis import Analyzer
 from labsrc.records.files import atomic_write_bytes, fsync_dir, load_npy, write_durable
 from labsrc.records.loading import load_json
 
-__all__ = ["INDEX_FORMAT", "analyzer_from_description", "describe_analyzer", "read_index", "write_index"]
+# read_index and write_index are the index class's own (BM25Index.load and .save call them).
+__all__ = ["INDEX_FORMAT", "analyzer_from_description", "describe_analyzer"]
 
 #: Written into params.json; bumped whenever the layout changes.
 INDEX_FORMAT = {"name": "labsrc-bm25-index", "version": 4}

@@ -52,12 +52,12 @@ from labsrc.fusion.rrf import fuse_ranked_ids
 from labsrc.fusion.weighted import FusionParams, adaptive_fusion_params
 from labsrc.lanes.bm25 import DEFAULT_B, DEFAULT_K1
 from labsrc.lanes.dense import Encoder, HashingEncoder, MatrixVectors, encode_checked
-from labsrc.patterns.dropin_records import POLICY_FIELDS, DropinRecord, record_from_dict
+from labsrc.patterns.dropin_records import POLICY_FIELDS, DropinRecord, record_from_dict, request_date
 from labsrc.patterns.dropin_text import DROPIN_ANALYZER, make_snippet, rrf, tokenize
 from labsrc.patterns.expansion import QueryExpander
 from labsrc.patterns.filters import check_filter, matches_filter
 from labsrc.ranking import DEFAULT_MAX_QUERY_CHARS, check_max_query_chars, check_query, check_top_k
-from labsrc.records.loading import iter_jsonl, parse_date
+from labsrc.records.loading import iter_jsonl
 from labsrc.records.policy import Caller, chunk_lookup
 from labsrc.retriever.engine import LaneEngine
 
@@ -77,17 +77,6 @@ class QueryPlan:
     embed_query: str
     fired: tuple[str, ...]
     fusion: FusionParams
-
-
-def _as_date(on_date: object) -> dt.date:
-    if isinstance(on_date, str):
-        try:
-            return parse_date(on_date)
-        except ValueError as exc:
-            raise InvalidArgument(f"on_date: {exc}") from exc
-    if isinstance(on_date, dt.datetime) or not isinstance(on_date, dt.date):
-        raise InvalidArgument(f"on_date must be a datetime.date or an ISO date string, not {on_date!r}")
-    return on_date
 
 
 class HybridRetriever:
@@ -183,8 +172,7 @@ class HybridRetriever:
             record_from_dict(record, text_key=text_key, title_key=title_key, where=f"chunks[{i}]")
             for i, record in enumerate(chunks)
         ]
-        return cls(records, embedder=embedder, embeddings=embeddings, expander=expander, k1=k1, b=b,
-                   max_query_chars=max_query_chars)
+        return cls(records, embedder=embedder, embeddings=embeddings, expander=expander, k1=k1, b=b, max_query_chars=max_query_chars)
 
     @classmethod
     def from_jsonl(
@@ -215,8 +203,7 @@ class HybridRetriever:
                 )
             seen[chunk_id] = line
             records.append(item)
-        return cls(records, embedder=embedder, embeddings=embeddings, expander=expander, k1=k1, b=b,
-                   max_query_chars=max_query_chars)
+        return cls(records, embedder=embedder, embeddings=embeddings, expander=expander, k1=k1, b=b, max_query_chars=max_query_chars)
 
     @classmethod
     def from_store(
@@ -262,8 +249,7 @@ class HybridRetriever:
                     "pass the embedder that made the stored vectors"
                 )
             embeddings = np.stack(rows)
-        return cls(records, embedder=retriever_embedder, embeddings=embeddings, expander=expander, k1=k1, b=b,
-                   max_query_chars=max_query_chars)
+        return cls(records, embedder=retriever_embedder, embeddings=embeddings, expander=expander, k1=k1, b=b, max_query_chars=max_query_chars)
 
     # --- the universe ------------------------------------------------------------------
 
@@ -279,7 +265,7 @@ class HybridRetriever:
                 )
             if not isinstance(caller, Caller):
                 raise InvalidArgument(f"caller must be a labsrc.Caller, not {type(caller).__name__}")
-            mask = self.boundary.mask(caller, _as_date(on_date))
+            mask = self.boundary.mask(caller, request_date(on_date))
         else:
             if caller is not None or on_date is not None:
                 raise InvalidArgument(

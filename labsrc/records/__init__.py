@@ -14,6 +14,12 @@ from labsrc.records.cases import (
     iter_cases,
     load_cases,
 )
+from labsrc.records.files import (
+    atomic_write_bytes,
+    fsync_dir,
+    load_npy,
+    write_durable,
+)
 from labsrc.records.loading import (
     Field,
     iter_jsonl,
@@ -36,15 +42,19 @@ __all__ = [
     "Field",
     "NEGATIVE_KINDS",
     "PolicyChunk",
+    "atomic_write_bytes",
     "case_format_problems",
     "cases_digest",
     "chunk_lookup",
+    "fsync_dir",
     "iter_cases",
     "iter_jsonl",
     "load_callers",
     "load_cases",
     "load_chunks",
     "load_json",
+    "load_npy",
     "parse_date",
     "read_text",
+    "write_durable",
 ]
