@@ -158,3 +158,26 @@ def test_missing_directory_or_file(tmp_path, vdir: Path):
 def test_constructor_checks_shapes():
     with pytest.raises(InvalidArgument, match="2 document rows for 1 ids"):
         VectorDirectory(["a"], np.eye(2), ["q"], np.eye(2)[:1], version="v")
+
+
+@pytest.mark.parametrize(
+    ("damage", "field"),
+    [
+        (lambda data: b"", "header"),  # issue 22: a 0-byte corpus.npy raised EOFError
+        (lambda data: data[:-7], "shape"),  # truncated
+        (lambda data: data + b"\0" * 12, "shape"),  # padded
+        (lambda data: data.replace(b"(5, 3)", b"(5000000000, 3)"), "shape"),  # a header promising 120 GB
+        (lambda data: b"\x93NUMPY\x01\x00garbage", "header"),
+    ],
+)
+def test_a_damaged_matrix_is_an_invalid_record_naming_the_file_and_field(vdir: Path, damage, field):
+    path = vdir / "corpus.npy"
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(InvalidRecord, match=rf"corpus\.npy, field '{field}'"):
+        load(vdir)
+
+
+def test_a_pickled_matrix_is_refused_without_unpickling(vdir: Path):
+    np.save(vdir / "corpus.npy", np.array([{"a": 1}] * 5, dtype=object), allow_pickle=True)
+    with pytest.raises(InvalidRecord, match=r"corpus\.npy, field 'dtype'"):
+        load(vdir)

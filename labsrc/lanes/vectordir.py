@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from labsrc.errors import InvalidArgument, InvalidRecord
+from labsrc.records.files import load_npy
 from labsrc.records.loading import load_json, read_text
 from labsrc.records.policy import PolicyChunk
 
@@ -193,23 +194,20 @@ def read_id_list(path: str | Path) -> list[str]:
 
 
 def _load_matrix(path: Path, n_rows: int, ids_file: str) -> np.ndarray:
-    try:
-        matrix = np.load(path, allow_pickle=False)
-    except OSError as exc:
-        raise InvalidRecord(f"cannot read a .npy matrix: {exc}", path=path) from exc
-    except ValueError as exc:
-        raise InvalidRecord(f"not a plain numeric .npy matrix: {exc}", path=path) from exc
+    # load_npy checks the header first: a 0-byte or truncated file is an InvalidRecord naming it.
+    matrix = load_npy(path)
     if matrix.ndim != 2 or matrix.shape[1] == 0:
-        raise InvalidRecord(f"expected a 2-D [rows × dim] matrix, got shape {matrix.shape}", path=path)
+        raise InvalidRecord(f"expected a 2-D [rows × dim] matrix, got shape {matrix.shape}", path=path, field="shape")
     if not np.issubdtype(matrix.dtype, np.floating):
-        raise InvalidRecord(f"expected floating-point vectors, got dtype {matrix.dtype}", path=path)
+        raise InvalidRecord(f"expected floating-point vectors, got dtype {matrix.dtype}", path=path, field="dtype")
     if matrix.shape[0] != n_rows:
-        raise InvalidRecord(f"has {matrix.shape[0]} rows but {ids_file} lists {n_rows} ids", path=path)
+        raise InvalidRecord(f"has {matrix.shape[0]} rows but {ids_file} lists {n_rows} ids", path=path, field="rows")
     bad_rows = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
     if bad_rows.size:
         raise InvalidRecord(
             f"row {int(bad_rows[0]) + 1} ({ids_file} line {int(bad_rows[0]) + 1}) contains NaN or infinite values",
             path=path,
+            field="values",
         )
     norms = np.linalg.norm(matrix.astype(np.float64), axis=1)
     off = np.flatnonzero(np.abs(norms - 1.0) > NORM_TOLERANCE)
@@ -219,6 +217,7 @@ def _load_matrix(path: Path, n_rows: int, ids_file: str) -> np.ndarray:
             f"row {row + 1} ({ids_file} line {row + 1}) has L2 norm {norms[row]:.6f}; "
             f"vectors must be L2-normalised (|norm - 1| <= {NORM_TOLERANCE})",
             path=path,
+            field="norm",
         )
     return matrix
 
@@ -233,7 +232,9 @@ def _check_same_ids(found: Sequence[str], expected: Iterable[str], *, path: Path
             raise InvalidRecord(f"id {item!r} is not in the {what}", path=path, line=number, field="id")
     missing = sorted(expected_set - found_set)
     raise InvalidRecord(
-        f"{len(missing)} {what} id(s) have no vector, e.g. {', '.join(repr(m) for m in missing[:5])}", path=path
+        f"{len(missing)} {what} id(s) have no vector, e.g. {', '.join(repr(m) for m in missing[:5])}",
+        path=path,
+        field="id",
     )
 
 
@@ -279,6 +280,7 @@ def load_vector_dir(
         raise InvalidRecord(
             f"documents have dimension {docs.shape[1]} but queries.npy has {query_rows.shape[1]}",
             path=path / "queries.npy",
+            field="shape",
         )
     dim = model.get("dim")
     if dim is not None and dim != docs.shape[1]:
