@@ -108,6 +108,7 @@ from labsrc.lanes.vectordir import (
     VectorDirectory,
     load_vector_dir,
     read_id_list,
+    write_vector_dir,
 )
 
 __all__ = [
@@ -191,4 +192,5 @@ __all__ = [
     "tokens",
     "universe_stats",
     "vectors_match_texts",
+    "write_vector_dir",
 ]

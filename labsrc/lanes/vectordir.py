@@ -22,6 +22,8 @@ and reports.
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -30,11 +32,11 @@ from typing import Any
 import numpy as np
 
 from labsrc.errors import InvalidArgument, InvalidRecord
-from labsrc.records.files import load_npy
+from labsrc.records.files import commit_dir, load_npy, stage_dir, write_durable
 from labsrc.records.loading import load_json, read_text
 from labsrc.records.policy import PolicyChunk
 
-__all__ = ["NORM_TOLERANCE", "VectorDirectory", "load_vector_dir", "read_id_list"]
+__all__ = ["NORM_TOLERANCE", "VectorDirectory", "load_vector_dir", "read_id_list", "write_vector_dir"]
 
 #: How far from 1 a stored vector's L2 norm may be. float32 rounding leaves ~1e-7.
 NORM_TOLERANCE = 1e-3
@@ -291,3 +293,52 @@ def load_vector_dir(
             if key in rows and rows[key] != count:
                 raise InvalidRecord(f"says {rows[key]} {key} rows but there are {count}", path=model_path, field="rows")
     return VectorDirectory(doc_ids, docs, query_ids, query_rows, version=name.strip(), model=model, queries=queries)
+
+
+# --- writing -----------------------------------------------------------------------
+
+_WRITTEN = ("corpus.npy", "corpus_ids.txt", "queries.npy", "query_ids.txt", _MODEL_FILE)
+
+
+def write_vector_dir(
+    path: str | Path,
+    doc_ids: Sequence[str],
+    doc_matrix: np.ndarray,
+    query_ids: Sequence[str],
+    query_matrix: np.ndarray,
+    model: Mapping[str, Any],
+    *,
+    extra: Mapping[str, bytes] | None = None,
+) -> Path:
+    """Write a ``vectors/<model>/`` directory whole: beside ``path``, fsynced, then swapped in.
+
+    A run killed at any point leaves the old directory or the new one at
+    ``path`` (:func:`~labsrc.records.files.commit_dir`). ``extra`` adds files by
+    name. An existing ``path`` holding anything else is refused, since the
+    folder is replaced as a whole.
+    """
+    path = Path(path)
+    names = set(_WRITTEN) | set(extra or {})
+    if path.exists() and not path.is_dir():
+        raise InvalidArgument(f"output {path} exists and is not a directory")
+    foreign = sorted(p.name for p in path.iterdir() if p.name not in names) if path.is_dir() else []
+    if foreign:
+        raise InvalidArgument(
+            f"output {path} holds files a vector directory does not ({', '.join(foreign[:5])}); it is replaced "
+            "as a whole, so give a new folder or one labsrc wrote"
+        )
+    files = {
+        "corpus.npy": lambda h: np.save(h, doc_matrix, allow_pickle=False),
+        "queries.npy": lambda h: np.save(h, query_matrix, allow_pickle=False),
+        "corpus_ids.txt": lambda h: h.write("".join(f"{i}\n" for i in doc_ids).encode("utf-8")),
+        "query_ids.txt": lambda h: h.write("".join(f"{i}\n" for i in query_ids).encode("utf-8")),
+        **{name: (lambda h, data=data: h.write(data)) for name, data in (extra or {}).items()},
+        _MODEL_FILE: lambda h: h.write((json.dumps(dict(model), indent=2, ensure_ascii=False) + "\n").encode("utf-8")),
+    }
+    staged = stage_dir(path)
+    try:
+        for name, write in files.items():
+            write_durable(staged / name, write)
+        return commit_dir(staged, path)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)  # already gone unless something failed

@@ -16,8 +16,10 @@ from labsrc.records.cases import (
 )
 from labsrc.records.files import (
     atomic_write_bytes,
+    commit_dir,
     fsync_dir,
     load_npy,
+    stage_dir,
     write_durable,
 )
 from labsrc.records.loading import (
@@ -46,6 +48,7 @@ __all__ = [
     "case_format_problems",
     "cases_digest",
     "chunk_lookup",
+    "commit_dir",
     "fsync_dir",
     "iter_cases",
     "iter_jsonl",
@@ -56,5 +59,6 @@ __all__ = [
     "load_npy",
     "parse_date",
     "read_text",
+    "stage_dir",
     "write_durable",
 ]

@@ -16,8 +16,11 @@ never an ``EOFError``, a pickle, or a 100 GB allocation.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import secrets
+import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -26,7 +29,7 @@ import numpy as np
 
 from labsrc.errors import InvalidRecord
 
-__all__ = ["atomic_write_bytes", "fsync_dir", "load_npy", "write_durable"]
+__all__ = ["atomic_write_bytes", "commit_dir", "fsync_dir", "load_npy", "stage_dir", "write_durable"]
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -64,6 +67,55 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         beside.unlink(missing_ok=True)
     fsync_dir(path.parent)
     return path
+
+
+def stage_dir(target: str | Path) -> Path:
+    """A new empty folder beside ``target`` to write a whole set of files into before :func:`commit_dir`."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.with_name(f".{target.name}.staging-{secrets.token_hex(4)}")
+    staged.mkdir()
+    return staged
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two folders in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where that is unavailable."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def commit_dir(staged: Path, target: str | Path) -> Path:
+    """Put the folder ``staged`` (from :func:`stage_dir`, files fsynced) in place of ``target``.
+
+    A new ``target`` is one rename. An existing one is swapped with ``staged``
+    in one step where the system can (Linux), then the old copy is removed; a
+    kill leaves the old folder or the new one at ``target``. Elsewhere the old
+    folder is renamed aside first, so a kill between the two renames leaves it
+    beside ``target`` as ``.<name>.old-<hex>``, not lost. Folders that killed
+    writes left beside ``target`` are removed after a commit.
+    """
+    target = Path(target)
+    fsync_dir(staged)
+    if not target.exists():
+        os.rename(staged, target)
+    elif _exchange(staged, target):
+        shutil.rmtree(staged)  # now the old folder
+    else:
+        aside = target.with_name(f".{target.name}.old-{secrets.token_hex(4)}")
+        os.rename(target, aside)
+        os.rename(staged, target)
+        shutil.rmtree(aside)
+    fsync_dir(target.parent)
+    for leftover in target.parent.glob(f".{target.name}.*-*"):  # what killed writes left beside it
+        if leftover.is_dir() and leftover.name.split(".")[-1].startswith(("staging-", "old-")):
+            shutil.rmtree(leftover, ignore_errors=True)
+    return target
 
 
 def _npy_header(path: Path) -> tuple[np.dtype, tuple[int, ...], int]:
