@@ -3,7 +3,10 @@
 Each subcommand lives in its own ``labsrc/cli/<name>.py`` module exposing
 ``register(subparsers)``, which adds its parser and sets ``func`` (a function
 ``(args) -> exit code``). This module only dispatches. Exit codes: 0 success,
-1 a gate failed, 2 bad input (a :class:`~labsrc.errors.LabError`).
+1 a gate failed, 2 bad input (a :class:`~labsrc.errors.LabError`, or a file
+that cannot be read or written), 130 interrupted (Ctrl-C), 141 the reader of
+stdout went away (``labsrc report | head``). Each of the last three prints one
+line to stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from labsrc.cli import rubric as cli_rubric
 from labsrc.cli import search as cli_search
 from labsrc.cli.engines import close_engines
 from labsrc.errors import LabError
+from labsrc.version import __version__
 
 __all__ = ["build_parser", "main"]
 
@@ -34,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="labsrc",
         description="Permission-safe hybrid retrieval lab: evidence boundary, BM25 + dense lanes, RRF, release gates.",
     )
+    parser.add_argument("--version", action="version", version=f"labsrc {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.register(sub)
@@ -43,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is then caught below, every time
+        return status
     except LabError as exc:
         print(f"labsrc: error: {exc}", file=sys.stderr)
         return 2
@@ -52,6 +59,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Point stdout at devnull so the interpreter's final flush cannot raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
+    except OSError as exc:
+        # A file the user named cannot be read or written (full disk, permissions): their input, one line.
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"labsrc: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        # One line; on a terminal it starts a fresh one, since a progress bar may be mid-line.
+        print(f"{chr(10) if sys.stderr.isatty() else ''}labsrc: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, what a shell reports for Ctrl-C
     finally:
         close_engines()
-
