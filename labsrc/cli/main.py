@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from labsrc.cli import beir as cli_beir
 from labsrc.cli import data as cli_data
@@ -27,14 +28,31 @@ from labsrc.cli.engines import close_engines
 from labsrc.errors import LabError
 from labsrc.version import __version__
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "one_line"]
 
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS = (cli_report, cli_gate, cli_search, cli_beir, cli_data, cli_embed, cli_rubric)
 
 
+def one_line(message: str) -> str:
+    """``message`` with line breaks and other control characters escaped (``\\r``), so it prints as one line.
+
+    Error messages quote what the user gave, and a path or query may hold a newline.
+    """
+    return "".join(
+        ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii") for ch in message
+    )
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (exit 2), like every other error: the full usage is one --help away."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="labsrc",
         description="Permission-safe hybrid retrieval lab: evidence boundary, BM25 + dense lanes, RRF, release gates.",
     )
@@ -46,13 +64,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    for arg in argv:  # what no shell can pass, but a caller of main() can
+        problem = "a NUL character" if "\0" in arg else None
+        try:
+            os.fsencode(arg)
+        except UnicodeEncodeError:
+            problem = "a lone surrogate, which no command line can carry"
+        if problem:
+            print(f"labsrc: error: argument {one_line(repr(arg[:60]))} holds {problem}", file=sys.stderr)
+            return 2
     args = build_parser().parse_args(argv)
     try:
         status = args.func(args)
         sys.stdout.flush()  # here, not at exit: a closed pipe is then caught below, every time
         return status
     except LabError as exc:
-        print(f"labsrc: error: {exc}", file=sys.stderr)
+        print(f"labsrc: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # The reader went away (``labsrc report | head``): stop quietly, as Unix tools do.
@@ -62,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         # A file the user named cannot be read or written (full disk, permissions): their input, one line.
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"labsrc: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        print(f"labsrc: error: {one_line(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # One line; on a terminal it starts a fresh one, since a progress bar may be mid-line.

@@ -36,7 +36,7 @@ import numpy as np
 
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.analysis import Analyzer
-from labsrc.records.files import atomic_write_bytes, fsync_dir, load_npy, write_durable
+from labsrc.records.files import as_path, atomic_write_bytes, fsync_dir, load_npy, reading, write_durable, writing
 from labsrc.records.loading import load_json
 
 # read_index and write_index are the index class's own (BM25Index.load and .save call them).
@@ -109,16 +109,15 @@ def _json_bytes(value: Any, *, indent: int | None = None) -> bytes:
     return (json.dumps(value, ensure_ascii=False, indent=indent) + "\n").encode("utf-8")
 
 
-def _folder(path: object) -> Path:
-    if not isinstance(path, (str, Path)):
-        raise InvalidArgument(f"path must be a str or Path, not {type(path).__name__}")
-    return Path(path)
-
-
 def write_index(index: Any, directory: str | Path) -> Path:
     """Write a :class:`~labsrc.lanes.sparse.BM25Index` to ``directory`` atomically (see the module docs)."""
-    directory = _folder(directory)
+    directory = as_path(directory)
     analyzer = describe_analyzer(index.analyzer)  # fail before writing anything
+    with writing(directory):
+        return _write(index, directory, analyzer)
+
+
+def _write(index: Any, directory: Path, analyzer: dict[str, Any]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     generation = secrets.token_hex(8)
     dtypes = {}
@@ -207,7 +206,12 @@ def _check_arrays(arrays: dict[str, np.ndarray], files: dict[str, Path], n_docs:
 
 def read_index(directory: str | Path, mmap: bool) -> dict[str, Any]:
     """The checked constructor arguments of the index saved in ``directory`` (formats 2, 3 and 4)."""
-    directory = _folder(directory)
+    directory = as_path(directory)
+    with reading(directory):
+        return _read(directory, mmap)
+
+
+def _read(directory: Path, mmap: bool) -> dict[str, Any]:
     params_path = directory / "params.json"
     if not params_path.exists():
         raise InvalidRecord("no params.json: not a saved BM25 index", path=directory)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from labsrc.errors import InvalidArgument, InvalidRecord
-from labsrc.records.files import commit_dir, load_npy, stage_dir, write_durable
+from labsrc.records.files import as_path, commit_dir, load_npy, reading, stage_dir, write_durable, writing
 from labsrc.records.loading import load_json, read_text
 from labsrc.records.policy import PolicyChunk
 
@@ -257,7 +257,12 @@ def load_vector_dir(
     The version recorded in traces is ``MODEL.json``'s ``model`` field; the
     whole ``MODEL.json`` record is kept as ``.model``.
     """
-    path = Path(path)
+    path = as_path(path)
+    with reading(path):
+        return _load_vector_dir(path, corpus_ids, queries)
+
+
+def _load_vector_dir(path: Path, corpus_ids: Iterable[str] | None, queries: Mapping[str, str] | None) -> VectorDirectory:
     if not path.is_dir():
         raise InvalidRecord("vector directory not found", path=path)
     model_path = path / _MODEL_FILE
@@ -317,7 +322,7 @@ def write_vector_dir(
     name. An existing ``path`` holding anything else is refused, since the
     folder is replaced as a whole.
     """
-    path = Path(path)
+    path = as_path(path)
     names = set(_WRITTEN) | set(extra or {})
     if path.exists() and not path.is_dir():
         raise InvalidArgument(f"output {path} exists and is not a directory")
@@ -335,10 +340,11 @@ def write_vector_dir(
         **{name: (lambda h, data=data: h.write(data)) for name, data in (extra or {}).items()},
         _MODEL_FILE: lambda h: h.write((json.dumps(dict(model), indent=2, ensure_ascii=False) + "\n").encode("utf-8")),
     }
-    staged = stage_dir(path)
-    try:
-        for name, write in files.items():
-            write_durable(staged / name, write)
-        return commit_dir(staged, path)
-    finally:
-        shutil.rmtree(staged, ignore_errors=True)  # already gone unless something failed
+    with writing(path):
+        staged = stage_dir(path)
+        try:
+            for name, write in files.items():
+                write_durable(staged / name, write)
+            return commit_dir(staged, path)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)  # already gone unless something failed

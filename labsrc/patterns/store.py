@@ -32,6 +32,7 @@ import numpy as np
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.dense import check_vector
 from labsrc.patterns.filters import compile_filter_sql
+from labsrc.records.files import as_path
 
 __all__ = ["EMBEDDING_DTYPE", "SQLiteStore"]
 
@@ -94,10 +95,10 @@ class SQLiteStore:
     """
 
     def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
+        self.path = path if path == ":memory:" else str(as_path(path))
         try:
             self._db = sqlite3.connect(self.path)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise InvalidRecord(f"cannot open SQLite store: {exc}", path=self.path) from exc
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA foreign_keys = ON")

@@ -15,12 +15,15 @@ from labsrc.records.cases import (
     load_cases,
 )
 from labsrc.records.files import (
+    as_path,
     atomic_write_bytes,
     commit_dir,
     fsync_dir,
     load_npy,
+    reading,
     stage_dir,
     write_durable,
+    writing,
 )
 from labsrc.records.loading import (
     Field,
@@ -44,6 +47,7 @@ __all__ = [
     "Field",
     "NEGATIVE_KINDS",
     "PolicyChunk",
+    "as_path",
     "atomic_write_bytes",
     "case_format_problems",
     "cases_digest",
@@ -59,6 +63,8 @@ __all__ = [
     "load_npy",
     "parse_date",
     "read_text",
+    "reading",
     "stage_dir",
     "write_durable",
+    "writing",
 ]

@@ -21,15 +21,61 @@ import os
 import secrets
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-from labsrc.errors import InvalidRecord
+from labsrc.errors import InvalidArgument, InvalidRecord
 
-__all__ = ["atomic_write_bytes", "commit_dir", "fsync_dir", "load_npy", "stage_dir", "write_durable"]
+__all__ = [
+    "as_path",
+    "atomic_write_bytes",
+    "commit_dir",
+    "fsync_dir",
+    "load_npy",
+    "reading",
+    "stage_dir",
+    "write_durable",
+    "writing",
+]
+
+
+def as_path(path: object, name: str = "path") -> Path:
+    """``path`` as a :class:`~pathlib.Path`: a ``str`` or ``os.PathLike`` without NUL characters."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgument(f"{name} must be a str or Path, not {type(path).__name__}")
+    path = Path(path)
+    if "\0" in str(path):
+        raise InvalidArgument(f"{name} {str(path)!r} contains a NUL character")
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{name} {str(path)!r} holds a character no file name can (a lone surrogate)") from None
+    return path
+
+
+@contextmanager
+def reading(path: str | Path) -> Iterator[None]:
+    """Turn an operating-system error met while reading ``path`` into an InvalidRecord naming it."""
+    try:
+        yield
+    except (OSError, UnicodeEncodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InvalidRecord(f"cannot read: {reason}", path=getattr(exc, "filename", None) or path) from None
+
+
+@contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Turn an operating-system error met while writing ``path`` into an InvalidArgument naming it."""
+    try:
+        yield
+    except (OSError, UnicodeEncodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        where = getattr(exc, "filename", None) or path
+        raise InvalidArgument(f"cannot write {where}: {reason}; choose a folder you can write to") from None
 
 
 def fsync_dir(path: str | Path) -> None:
