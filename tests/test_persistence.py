@@ -17,9 +17,8 @@ DOCS = [
 
 
 def saved_file(directory, name: str, ext: str = "npy"):
-    """The file ``name`` of the save ``directory``'s params.json names (format 4: ``name.<generation>.ext``)."""
-    generation = json.loads((directory / "params.json").read_text(encoding="utf-8"))["generation"]
-    return directory / f"{name}.{generation}.{ext}"
+    """The file ``name`` of the index saved in ``directory``."""
+    return directory / f"{name}.{ext}"
 
 
 QUERIES = ["damaged laptop replacement", "RPL-14", "delivery days", "café", "nothing matches", "delivery delivery"]
@@ -69,7 +68,7 @@ def test_unfinished_or_corrupt_saves_are_refused(tmp_path):
     index = labsrc.BM25Index.build(DOCS)
     save_bm25_index(index, tmp_path)
     saved_file(tmp_path, "tf").write_bytes(b"garbage")
-    with pytest.raises(labsrc.InvalidRecord, match=r"tf\.[0-9a-f]{16}\.npy"):
+    with pytest.raises(labsrc.InvalidRecord, match=r"tf\.npy"):
         load_bm25_index(tmp_path)
     (tmp_path / "params.json").unlink()
     with pytest.raises(labsrc.InvalidRecord, match="params.json"):
@@ -79,7 +78,7 @@ def test_unfinished_or_corrupt_saves_are_refused(tmp_path):
 def test_wrong_array_length_is_refused(tmp_path):
     save_bm25_index(labsrc.BM25Index.build(DOCS), tmp_path)
     np.save(saved_file(tmp_path, "doc_len"), np.zeros(2))
-    with pytest.raises(labsrc.InvalidRecord, match=r"doc_len\.[0-9a-f]{16}\.npy.*shape"):
+    with pytest.raises(labsrc.InvalidRecord, match=r"doc_len\.npy.*shape"):
         load_bm25_index(tmp_path)
 
 
@@ -111,14 +110,10 @@ def test_an_index_saved_in_format_2_still_loads(tmp_path):
     index = labsrc.BM25Index.build(DOCS, k1=0.9, b=0.4)
     save_bm25_index(index, tmp_path)
     postings = np.load(saved_file(tmp_path, "postings"))
-    for name in ("doc_len", "ptr", "tf"):
-        saved_file(tmp_path, name).rename(tmp_path / f"{name}.npy")
-    for name in ("ids", "vocabulary"):
-        saved_file(tmp_path, name, "json").rename(tmp_path / f"{name}.json")
+    saved_file(tmp_path, "postings").unlink()
     np.save(tmp_path / "doc_pos.npy", postings[0])
     np.save(tmp_path / "impact.npy", postings[1].view(np.float64))
     params = json.loads((tmp_path / "params.json").read_text(encoding="utf-8"))
-    del params["generation"]
     params["format"]["version"] = 2
     params["dtypes"] = {**{k: v for k, v in params["dtypes"].items() if k != "postings"}, "doc_pos": "<i8", "impact": "<f8"}
     (tmp_path / "params.json").write_text(json.dumps(params), encoding="utf-8")
@@ -145,29 +140,18 @@ def test_index_save_and_load_methods_as_the_poc_port_calls_them(tmp_path):
         index.save(None)
 
 
-def test_an_index_saved_in_format_3_still_loads(tmp_path):
-    index = labsrc.BM25Index.build(DOCS)
-    index.save(tmp_path)
-    for name, ext in (("doc_len", "npy"), ("ptr", "npy"), ("tf", "npy"), ("postings", "npy"), ("ids", "json"),
-                      ("vocabulary", "json")):  # fmt: skip
-        saved_file(tmp_path, name, ext).rename(tmp_path / f"{name}.{ext}")
-    params = json.loads((tmp_path / "params.json").read_text(encoding="utf-8"))
-    del params["generation"]
-    params["format"]["version"] = 3
-    (tmp_path / "params.json").write_text(json.dumps(params), encoding="utf-8")
-    assert labsrc.BM25Index.load(tmp_path).search("delivery days", 3) == index.search("delivery days", 3)
-
-
-def test_a_second_save_leaves_only_its_own_files(tmp_path):
-    labsrc.BM25Index.build(DOCS).save(tmp_path)
-    (tmp_path / "tf.0123456789abcdef.npy").write_bytes(b"left by a killed save")
-    labsrc.BM25Index.build(DOCS[:2]).save(tmp_path)
-    generation = json.loads((tmp_path / "params.json").read_text(encoding="utf-8"))["generation"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["params.json"] + [f"{n}.{generation}.npy" for n in ("doc_len", "ptr", "tf", "postings")]
-        + [f"{n}.{generation}.json" for n in ("ids", "vocabulary")]
-    )  # fmt: skip
-    assert labsrc.BM25Index.load(tmp_path).n_docs == 2
+def test_a_save_replaces_the_folder_whole_and_refuses_a_foreign_one(tmp_path):
+    labsrc.BM25Index.build(DOCS).save(tmp_path / "idx")
+    labsrc.BM25Index.build(DOCS[:2]).save(tmp_path / "idx")
+    assert labsrc.BM25Index.load(tmp_path / "idx").n_docs == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]  # no staging or old folder left beside it
+    assert sorted(p.name for p in (tmp_path / "idx").iterdir()) == [
+        "doc_len.npy", "ids.json", "params.json", "postings.npy", "ptr.npy", "tf.npy", "vocabulary.json"]  # fmt: skip
+    (tmp_path / "idx" / "notes.txt").write_text("mine", encoding="utf-8")
+    with pytest.raises(labsrc.InvalidArgument, match="notes.txt"):
+        labsrc.BM25Index.build(DOCS).save(tmp_path / "idx")
+    assert (tmp_path / "idx" / "notes.txt").read_text(encoding="utf-8") == "mine"
+    assert labsrc.BM25Index.load(tmp_path / "idx").n_docs == 2
 
 
 def _tamper_postings(directory, change):

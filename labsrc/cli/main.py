@@ -35,12 +35,16 @@ COMMANDS = (cli_report, cli_gate, cli_search, cli_beir, cli_data, cli_embed, cli
 
 
 def one_line(message: str) -> str:
-    """``message`` with line breaks and other control characters escaped (``\\r``), so it prints as one line.
+    """``message`` with control characters escaped (``\\r``, ``\\n``), so a quoted value cannot break the line.
 
-    Error messages quote what the user gave, and a path or query may hold a newline.
+    Error messages quote what the user gave, and a path or query may hold a line
+    break. A newline followed by an indent is kept: that is a message listing
+    details on purpose (several bad cases, one per indented line).
     """
     return "".join(
-        ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii") for ch in message
+        ch if ch.isprintable() or ch == " " or (ch == "\n" and message.startswith("  ", i + 1))
+        else ch.encode("unicode_escape").decode("ascii")
+        for i, ch in enumerate(message)
     )
 
 
@@ -87,6 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Point stdout at devnull so the interpreter's final flush cannot raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
+    except UnicodeError as exc:
+        # A file name or text that is not valid UTF-8 (say, from a shell with another locale) met a UTF-8 file.
+        print(f"labsrc: error: {one_line(str(exc))}: a file name or text that is not valid UTF-8", file=sys.stderr)
+        return 2
     except OSError as exc:
         # A file the user named cannot be read or written (full disk, permissions): their input, one line.
         where = f": {exc.filename}" if exc.filename else ""

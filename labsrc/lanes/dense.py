@@ -22,6 +22,7 @@ from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.analysis import lesson_analyzer
 from labsrc.ranking import check_query, check_top_k, top_k_positions
 from labsrc.records.loading import Field, load_json
+from labsrc.records.checks import check_chunks
 from labsrc.records.policy import PolicyChunk, chunk_lookup
 
 __all__ = [
@@ -356,7 +357,7 @@ def dense_rank(
     if not check_query(query, None).strip():
         return []
     source = as_dense_source(vectors)
-    universe_chunks = tuple(chunk_lookup(chunks).values())
+    universe_chunks = tuple(chunk_lookup(check_chunks(chunks)).values())
     index = _DENSE_CACHE.get_or_build(("dense", universe_chunks, source), lambda: DenseIndex(universe_chunks, source))
     return index.search(query, top_k)
 

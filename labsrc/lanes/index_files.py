@@ -6,13 +6,13 @@ point (``save_bm25_index``, ``load_bm25_index``); :meth:`BM25Index.save
 <labsrc.lanes.sparse.BM25Index.load>` call the two functions here. This module
 does not import the index class, so the class can call it without a cycle.
 
-**Atomic saves** (format 4). Each save writes its arrays and lists under new
-names, ``<name>.<generation>.npy``, and fsyncs them; then ``params.json``, which
-names the generation, is written beside, fsynced and renamed into place. That
-rename is the commit: a save killed at any point leaves the previous
-``params.json`` naming the previous generation's files, which are untouched,
-or the new one naming complete new files. Files no ``params.json`` names (an
-older generation, an interrupted save's) are removed after the commit.
+**Atomic saves.** A save writes every file into a new folder beside the
+target (``.<name>.staging-<hex>``), fsyncs them, and then puts that folder in
+place of the target in one step (:func:`~labsrc.records.files.commit_dir`:
+``renameat2(RENAME_EXCHANGE)`` on Linux), removing the old one after. A save
+killed at any point leaves the previous index or the new one, complete, never
+neither; the file names inside stay the documented ones. Since the folder is
+replaced whole, a target holding files an index does not is refused.
 
 **Checked loads.** Every array is checked before it is used: dtype and shape
 against ``params.json``, ``ptr`` from 0 to the postings count and strictly
@@ -28,7 +28,7 @@ import dataclasses
 import json
 import math
 import re
-import secrets
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,24 +36,21 @@ import numpy as np
 
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.analysis import Analyzer
-from labsrc.records.files import as_path, atomic_write_bytes, fsync_dir, load_npy, reading, write_durable, writing
+from labsrc.records.files import as_path, commit_dir, load_npy, reading, stage_dir, write_durable, writing
 from labsrc.records.loading import load_json
 
 # read_index and write_index are the index class's own (BM25Index.load and .save call them).
 __all__ = ["INDEX_FORMAT", "analyzer_from_description", "describe_analyzer"]
 
 #: Written into params.json; bumped whenever the layout changes.
-INDEX_FORMAT = {"name": "labsrc-bm25-index", "version": 4}
+INDEX_FORMAT = {"name": "labsrc-bm25-index", "version": 3}
 
 #: The arrays saved as .npy, and the NumPy kinds each may have ("f" float, "i"/"u" integer).
-# Version 4 names each file by its save's generation; 3 used plain names; 2 kept doc_pos and impact apart.
+# Version 3 keeps the packed postings in one file; version 2 (still read) kept doc_pos and impact apart.
 _ARRAYS = {"doc_len": "fiu", "ptr": "iu", "tf": "fiu", "postings": "i"}
 _ARRAYS_V2 = {"doc_len": "fiu", "ptr": "iu", "doc_pos": "iu", "tf": "fiu", "impact": "f"}
-_LISTS = ("ids", "vocabulary")
-_GENERATION = re.compile(r"[0-9a-f]{16}")
-#: Files a save owns: removed after a commit when params.json no longer names them.
-_OWNED = re.compile(r"(?:doc_len|ptr|tf|postings|doc_pos|impact|ids|vocabulary)(?:\.[0-9a-f]{16})?\.(?:npy|json)"
-                    r"|\.params\.json\.[0-9a-f]{8}\.tmp")  # fmt: skip
+#: The names a saved index's folder may hold (format 3, and format 2's two extra arrays).
+_OWNED = frozenset({f"{name}.npy" for name in {*_ARRAYS, *_ARRAYS_V2}} | {"ids.json", "vocabulary.json", "params.json"})
 
 
 def _analyzer_fields() -> list[dataclasses.Field[Any]]:
@@ -114,26 +111,38 @@ def write_index(index: Any, directory: str | Path) -> Path:
     directory = as_path(directory)
     analyzer = describe_analyzer(index.analyzer)  # fail before writing anything
     with writing(directory):
-        return _write(index, directory, analyzer)
+        if directory.is_symlink():
+            directory = directory.resolve()  # replace the folder it points to, not the link
+        if directory.exists() and not directory.is_dir():
+            raise InvalidArgument(f"{directory} is a file; give a folder for the index")
+        foreign = sorted(p.name for p in directory.iterdir() if p.name not in _OWNED) if directory.is_dir() else []
+        if foreign:
+            raise InvalidArgument(
+                f"{directory} holds files a saved index does not ({', '.join(foreign[:5])}); a save replaces the "
+                "folder whole, so give a new folder or one an index was saved in"
+            )
+        staged = stage_dir(directory)
+        try:
+            _write(index, staged, analyzer)
+            return commit_dir(staged, directory)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)  # already gone unless something failed
 
 
-def _write(index: Any, directory: Path, analyzer: dict[str, Any]) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    generation = secrets.token_hex(8)
+def _write(index: Any, directory: Path, analyzer: dict[str, Any]) -> None:
     dtypes = {}
     for name in _ARRAYS:
         # Saved in the index's own dtype: a float32 -> float64 round trip could change scores.
         array = np.ascontiguousarray(index._packed if name == "postings" else getattr(index, name))
-        write_durable(directory / f"{name}.{generation}.npy", lambda h, a=array: np.save(h, a, allow_pickle=False))
+        write_durable(directory / f"{name}.npy", lambda h, a=array: np.save(h, a, allow_pickle=False))
         dtypes[name] = array.dtype.str
     terms = [""] * len(index.vocabulary)
     for term, t in index.vocabulary.items():
         terms[t] = term
     for name, values in (("ids", list(index.ids)), ("vocabulary", terms)):
-        write_durable(directory / f"{name}.{generation}.json", lambda h, v=values: h.write(_json_bytes(v)))
+        write_durable(directory / f"{name}.json", lambda h, v=values: h.write(_json_bytes(v)))
     params = {
         "format": INDEX_FORMAT,
-        "generation": generation,
         "k1": index.k1,
         "b": index.b,
         "n_docs": len(index.ids),
@@ -142,12 +151,7 @@ def _write(index: Any, directory: Path, analyzer: dict[str, Any]) -> Path:
         "dtypes": dtypes,
         "analyzer": analyzer,
     }
-    fsync_dir(directory)  # the new names are on disk before params.json points at them
-    atomic_write_bytes(directory / "params.json", _json_bytes(params, indent=2))  # the commit
-    for path in directory.iterdir():  # what no params.json names any more
-        if _OWNED.fullmatch(path.name) and f".{generation}." not in path.name:
-            path.unlink(missing_ok=True)
-    return directory
+    write_durable(directory / "params.json", lambda h: h.write(_json_bytes(params, indent=2)))
 
 
 # --- reading ----------------------------------------------------------------------------
@@ -205,7 +209,7 @@ def _check_arrays(arrays: dict[str, np.ndarray], files: dict[str, Path], n_docs:
 
 
 def read_index(directory: str | Path, mmap: bool) -> dict[str, Any]:
-    """The checked constructor arguments of the index saved in ``directory`` (formats 2, 3 and 4)."""
+    """The checked constructor arguments of the index saved in ``directory`` (formats 2 and 3)."""
     directory = as_path(directory)
     with reading(directory):
         return _read(directory, mmap)
@@ -214,20 +218,14 @@ def read_index(directory: str | Path, mmap: bool) -> dict[str, Any]:
 def _read(directory: Path, mmap: bool) -> dict[str, Any]:
     params_path = directory / "params.json"
     if not params_path.exists():
-        raise InvalidRecord("no params.json: not a saved BM25 index", path=directory)
+        raise InvalidRecord("no params.json: not a saved BM25 index (or an unfinished save)", path=directory)
     params = load_json(params_path)
     if not isinstance(params, dict):
         raise InvalidRecord("expected a JSON object", path=params_path)
     version = params.get("format", {}).get("version") if isinstance(params.get("format"), dict) else None
-    if params.get("format") != {**INDEX_FORMAT, "version": version} or version not in (2, 3, 4):
+    if params.get("format") != {**INDEX_FORMAT, "version": version} or version not in (2, 3):
         raise InvalidRecord(f"unsupported index format {params.get('format')!r}; expected {INDEX_FORMAT}",
                             path=params_path, field="format")  # fmt: skip
-    suffix = ""
-    if version == 4:
-        generation = params.get("generation")
-        _check(isinstance(generation, str) and bool(_GENERATION.fullmatch(generation)),
-               f"must be 16 hex digits, not {generation!r}", params_path, "generation")  # fmt: skip
-        suffix = f".{generation}"
     n_docs = _param_number(params, "n_docs", params_path, integer=True)
     n_terms = _param_number(params, "n_terms", params_path, integer=True)
     n_postings = _param_number(params, "n_postings", params_path, integer=True)
@@ -248,18 +246,18 @@ def _read(directory: Path, mmap: bool) -> dict[str, Any]:
             raise InvalidRecord(f"invalid dtype {dtypes[name]!r} for {name}", path=params_path, field="dtypes") from exc
         _check(dtype.kind in kinds, f"{name} must be numeric, not {dtype}", params_path, "dtypes")
         _check(name != "postings" or dtype == np.int64, f"postings must be int64, not {dtype}", params_path, "dtypes")
-        files[name] = path = directory / f"{name}{suffix}.npy"
+        files[name] = path = directory / f"{name}.npy"
         array = arrays[name] = load_npy(path, mmap=mmap)
         shape = shapes.get(name, (n_postings,))
         _check(array.dtype == dtype and array.shape == shape,
                f"expected {dtype} of shape {shape}, found {array.dtype} of shape {array.shape}", path, name)  # fmt: skip
     _check_arrays(arrays, files, n_docs, n_postings)
-    ids = _string_list(directory / f"ids{suffix}.json", n_docs)
+    ids = _string_list(directory / f"ids.json", n_docs)
     _check(all(a < b for a, b in zip(ids, ids[1:])), "ids must be unique and ascending (positions are in id order)",
-           directory / f"ids{suffix}.json", "ids")  # fmt: skip
-    terms = _string_list(directory / f"vocabulary{suffix}.json", n_terms)
+           directory / f"ids.json", "ids")  # fmt: skip
+    terms = _string_list(directory / f"vocabulary.json", n_terms)
     vocabulary = {term: t for t, term in enumerate(terms)}
-    _check(len(vocabulary) == n_terms, "the vocabulary repeats a term", directory / f"vocabulary{suffix}.json", "vocabulary")
+    _check(len(vocabulary) == n_terms, "the vocabulary repeats a term", directory / f"vocabulary.json", "vocabulary")
     return {
         "ids": ids,
         "doc_len": arrays["doc_len"],

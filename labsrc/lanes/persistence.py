@@ -5,28 +5,28 @@ rows, one file per array, so loading is a handful of ``np.load`` calls and the
 large arrays can be memory-mapped (``mmap_mode="r"``): the OS pages postings in
 as queries touch them instead of reading the whole index up front.
 
-===========================  ===============================================================
-``doc_len.<gen>.npy``        float64 [N]: analysed length of each document (sorted by id)
-``ptr.<gen>.npy``            int64 [V + 1]: term t's postings are ``ptr[t]:ptr[t+1]``
-``postings.<gen>.npy``       int64 [2, P]: the packed postings (:mod:`labsrc.lanes.postings`): row 0
-                             the document position of each posting, row 1 its BM25 contribution
-                             (float64 bits, read back with ``view``), so loading computes nothing
-``tf.<gen>.npy``             float64 [P]: term frequency of each posting
-``ids.<gen>.json``           the N document ids, in position order
-``vocabulary.<gen>.json``    the V terms, in term-id order
-``params.json``              format version, the generation ``<gen>``, k1, b, sizes, and the
-                             analyzer's description
-===========================  ===============================================================
+=====================  ===============================================================
+``doc_len.npy``        float64 [N]: analysed length of each document (sorted by id)
+``ptr.npy``            int64 [V + 1]: term t's postings are ``ptr[t]:ptr[t+1]``
+``postings.npy``       int64 [2, P]: the packed postings (:mod:`labsrc.lanes.postings`): row 0 the
+                       document position of each posting, row 1 its BM25 contribution (float64
+                       bits, read back with ``view``), so loading computes nothing
+``tf.npy``             float64 [P]: term frequency of each posting
+``ids.json``           the N document ids, in position order
+``vocabulary.json``    the V terms, in term-id order
+``params.json``        format version, k1, b, sizes, and the analyzer's description
+=====================  ===============================================================
 
-Saves are atomic: the files of a save carry its generation (16 hex digits) and
-are fsynced before ``params.json``, which names that generation, is written
-beside and renamed into place (:mod:`labsrc.lanes.index_files`). A save killed
-at any point leaves the old index or the new one loadable, never neither; the
-previous generation's files are removed once the new ``params.json`` is in
-place. Loads check every array (positions in range and ascending per term,
-``ptr`` increasing, impacts finite and positive, ids unique) and refuse a bad
-one with an :class:`~labsrc.errors.InvalidRecord` naming the file and field.
-Indexes saved in formats 2 and 3 (plain file names) still load. The analyzer must be an :class:`~labsrc.lanes.analysis.Analyzer`:
+Saves are atomic: the files are written into a new folder beside the target,
+fsynced, and that folder is put in place of the target in one step
+(:mod:`labsrc.lanes.index_files`). A save killed at any point leaves the old
+index or the new one loadable, never neither. Loads check every array
+(positions in range and ascending per term, ``ptr`` increasing, impacts finite
+and positive, ids unique) and refuse a bad one with an
+:class:`~labsrc.errors.InvalidRecord` naming the file and field. Indexes saved
+in format 2 (positions and impacts in two files) still load.
+
+The analyzer must be an :class:`~labsrc.lanes.analysis.Analyzer`:
 it is stored as its constructor fields (pattern, stopwords, normal form, case
 folding, stemmer, name), so the loaded index tokenises queries exactly as the
 saved one did. An arbitrary function cannot be described reproducibly, and

@@ -57,6 +57,7 @@ from labsrc.patterns.dropin_text import DROPIN_ANALYZER, make_snippet, rrf, toke
 from labsrc.patterns.expansion import QueryExpander
 from labsrc.patterns.filters import check_filter, matches_filter
 from labsrc.ranking import DEFAULT_MAX_QUERY_CHARS, check_max_query_chars, check_query, check_top_k
+from labsrc.records.files import as_path
 from labsrc.records.loading import iter_jsonl
 from labsrc.records.policy import Caller, chunk_lookup
 from labsrc.retriever.engine import LaneEngine
@@ -168,6 +169,8 @@ class HybridRetriever:
         ``k1`` and ``b`` are the BM25 parameters; ``max_query_chars`` the longest query
         :meth:`search` accepts (``None``: no limit).
         """
+        if not isinstance(chunks, Iterable) or isinstance(chunks, (str, bytes, Mapping)):
+            raise InvalidArgument(f"chunks must be a list of dicts, not {type(chunks).__name__}")
         records = [
             record_from_dict(record, text_key=text_key, title_key=title_key, where=f"chunks[{i}]")
             for i, record in enumerate(chunks)
@@ -191,7 +194,7 @@ class HybridRetriever:
         """Read one JSON object per line, then as :meth:`from_chunks`. Errors name the file, line and field."""
         records: list[DropinRecord] = []
         seen: dict[str, int] = {}
-        for line, record in iter_jsonl(path):
+        for line, record in iter_jsonl(as_path(path)):
             item = record_from_dict(record, text_key=text_key, title_key=title_key, where=str(path), line=line)
             chunk_id = item.chunk.chunk_id
             if chunk_id in seen:

@@ -108,8 +108,8 @@ class SQLiteStore:
         """Create the tables and index if they are missing; safe to call any number of times."""
         try:
             self._db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise InvalidRecord(f"not a usable SQLite store: {exc}", path=self.path) from exc
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            raise InvalidRecord(f"not a usable SQLite store: {exc}", path=self.path, field="database") from None
 
     # --- writing ------------------------------------------------------------------------
 
@@ -227,7 +227,7 @@ class SQLiteStore:
             cursor = self._db.execute(sql, params)
             while rows := cursor.fetchmany(256):
                 yield from rows
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a damaged page may hold invalid text
             raise InvalidRecord(f"the SQLite file is damaged: {exc}", path=self.path, field="database") from None
 
     def get_chunk(self, chunk_id: str) -> dict[str, Any] | None:

@@ -14,6 +14,10 @@ from labsrc.records.cases import (
     iter_cases,
     load_cases,
 )
+from labsrc.records.checks import (
+    check_caller,
+    check_chunks,
+)
 from labsrc.records.files import (
     as_path,
     atomic_write_bytes,
@@ -51,6 +55,8 @@ __all__ = [
     "atomic_write_bytes",
     "case_format_problems",
     "cases_digest",
+    "check_caller",
+    "check_chunks",
     "chunk_lookup",
     "commit_dir",
     "fsync_dir",

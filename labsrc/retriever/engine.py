@@ -31,6 +31,7 @@ from labsrc.lanes.dense import DenseIndex, DenseSource
 from labsrc.lanes.permitted import PermittedBM25, mask_key
 from labsrc.lanes.sparse import BM25Index
 from labsrc.ranking import DEFAULT_MAX_QUERY_CHARS, check_max_query_chars, check_query, check_top_k
+from labsrc.records.checks import check_chunks
 from labsrc.records.policy import PolicyChunk, chunk_lookup
 
 __all__ = ["LaneEngine", "mask_key"]
@@ -71,7 +72,9 @@ class LaneEngine:
         max_query_chars: int | None = DEFAULT_MAX_QUERY_CHARS,
     ) -> None:
         self.max_query_chars = check_max_query_chars(max_query_chars)
-        given = tuple(chunk_lookup(chunks).values())
+        if not callable(analyzer):
+            raise InvalidArgument(f"analyzer must be callable (text -> list of terms), not {type(analyzer).__name__}")
+        given = tuple(chunk_lookup(check_chunks(chunks)).values())
         if index_texts is not None and len(index_texts) != len(given):
             raise InvalidArgument(f"index_texts has {len(index_texts)} entries for {len(given)} chunks")
         order = sorted(range(len(given)), key=lambda i: given[i].chunk_id)

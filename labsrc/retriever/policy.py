@@ -20,6 +20,7 @@ from labsrc.lanes.analysis import Analyzer, lesson_analyzer
 from labsrc.lanes.bm25 import DEFAULT_B, DEFAULT_K1
 from labsrc.lanes.dense import DenseSource, Encoder, as_dense_source
 from labsrc.ranking import DEFAULT_MAX_QUERY_CHARS, check_max_query_chars, check_query, check_top_k
+from labsrc.records.checks import check_caller, check_chunks
 from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
 from labsrc.retriever.engine import LaneEngine
 from labsrc.trace import RetrievalTrace, StageTimer
@@ -130,7 +131,7 @@ class PolicyRetriever:
         max_query_chars: int | None = DEFAULT_MAX_QUERY_CHARS,
     ) -> None:
         self.max_query_chars = check_max_query_chars(max_query_chars)
-        self.chunks = tuple(chunk_lookup(chunks).values())
+        self.chunks = tuple(chunk_lookup(check_chunks(chunks)).values())
         self.vectors = as_dense_source(vectors)
         self.analyzer = analyzer
         self.k1 = k1
@@ -143,17 +144,22 @@ class PolicyRetriever:
         # The boundary's masks are over the engine's chunk order (sorted by chunk_id).
         self.boundary = BoundaryIndex(self.engine.chunks)
         self.rrf_k = check_rrf_k(rrf_k)
+        if weights is not None and not isinstance(weights, Mapping):
+            raise InvalidArgument(f"weights must be a dict such as {{'bm25': 1.0, 'dense': 1.0}}, not {type(weights).__name__}")
         self.weights = dict(weights or {})
-        unknown = sorted(set(self.weights) - {"bm25", "dense"})
+        unknown = sorted(map(repr, set(self.weights) - {"bm25", "dense"}))
         if unknown:
-            raise InvalidArgument(f"unknown lane(s) in weights: {unknown}; valid lanes: ['bm25', 'dense']")
+            raise InvalidArgument(f"unknown lane(s) in weights: [{', '.join(unknown)}]; valid lanes: ['bm25', 'dense']")
+        for lane, weight in self.weights.items():
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
+                raise InvalidArgument(f"weights[{lane!r}] must be a number >= 0, not {weight!r}")
 
     def versions(self, on_date: dt.date) -> dict[str, str]:
         return lane_versions(RETRIEVER_VERSION, self.analyzer, self.vectors, self.rrf_k, on_date)
 
     def universe(self, caller: Caller, on_date: dt.date) -> tuple[PolicyChunk, ...]:
         """The caller's permitted chunks on ``on_date``, in chunk_id order."""
-        return self.boundary.permitted(caller, on_date)
+        return self.boundary.permitted(check_caller(caller), on_date)
 
     def search(
         self,
@@ -194,14 +200,6 @@ class PolicyRetriever:
         )
 
 
-def check_caller(caller: object, name: str = "caller") -> Caller:
-    """``caller`` must be a :class:`~labsrc.records.policy.Caller` (an actor id string is not one)."""
-    if not isinstance(caller, Caller):
-        hint = "; look it up first, e.g. lesson().caller(actor_id)" if isinstance(caller, str) else ""
-        raise InvalidArgument(f"{name} must be a labsrc.Caller, not {type(caller).__name__}{hint}")
-    return caller
-
-
 _RETRIEVERS: LRUCache[tuple[Sequence[PolicyChunk], PolicyRetriever]] = LRUCache(maxsize=4)
 
 
@@ -222,6 +220,10 @@ def corpus_key(chunks: Sequence[PolicyChunk]) -> tuple[str, object]:
 def retriever_for(chunks: Sequence[PolicyChunk], vectors: DenseSource | Encoder) -> PolicyRetriever:
     """A cached :class:`PolicyRetriever` for this exact corpus and dense source (see :func:`corpus_key`)."""
     source = as_dense_source(vectors)
+    if not isinstance(chunks, Sequence):
+        chunks = check_chunks(chunks)  # a one-shot iterable: held as a tuple from here on
+    elif type(chunks) is not tuple:
+        check_chunks(chunks)  # checked; still keyed by its values below
     key = (corpus_key(chunks), source)
     # The entry holds the corpus itself, so an identity key's tuple stays alive while cached.
     _, retriever = _RETRIEVERS.get_or_build(key, lambda: (chunks, PolicyRetriever(chunks, source)))
@@ -238,6 +240,7 @@ def hybrid_rank(
 ) -> list[tuple[PolicyChunk, float]]:
     """The lesson's hybrid: boundary, then BM25 and dense at ``top_k``, then RRF cut to ``top_k``."""
     top_k = check_top_k(top_k)
+    check_caller(caller)
     if not check_query(query, None).strip():
         return []
     return list(retriever_for(chunks, vectors).search(query, caller, on_date, top_k).fused)
