@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from labsrc.cli.outputs import check_out_dir, check_out_file
+from labsrc.cli.outputs import check_out_dir, check_out_file, one_line
 from labsrc.cli.progress import make_progress
 from labsrc.datasets.beir import resolve_dataset_dir
 from labsrc.errors import InvalidArgument
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         check_out_dir(args.run_dir, "--run-dir")
     data_dir = resolve_dataset_dir(args.data, args.dataset)
     progress = make_progress(args.no_progress)
-    print(f"loading {data_dir} and building the BM25 index ...", file=sys.stderr)
+    print(f"loading {one_line(str(data_dir))} and building the BM25 index ...", file=sys.stderr)
     source = load_lanes(data_dir, model=args.model)
     if source.vectors is None and {"dense", "rrf", "convex"} & set(lanes):
         raise InvalidArgument(f"{data_dir} has no vectors/<model>/ folder; run with --lanes bm25")

@@ -25,27 +25,14 @@ from labsrc.cli import report as cli_report
 from labsrc.cli import rubric as cli_rubric
 from labsrc.cli import search as cli_search
 from labsrc.cli.engines import close_engines
+from labsrc.cli.outputs import one_line
 from labsrc.errors import LabError
 from labsrc.version import __version__
 
-__all__ = ["build_parser", "main", "one_line"]
+__all__ = ["build_parser", "main"]
 
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS = (cli_report, cli_gate, cli_search, cli_beir, cli_data, cli_embed, cli_rubric)
-
-
-def one_line(message: str) -> str:
-    """``message`` with control characters escaped (``\\r``, ``\\n``), so a quoted value cannot break the line.
-
-    Error messages quote what the user gave, and a path or query may hold a line
-    break. A newline followed by an indent is kept: that is a message listing
-    details on purpose (several bad cases, one per indented line).
-    """
-    return "".join(
-        ch if ch.isprintable() or ch == " " or (ch == "\n" and message.startswith("  ", i + 1))
-        else ch.encode("unicode_escape").decode("ascii")
-        for i, ch in enumerate(message)
-    )
 
 
 class _Parser(argparse.ArgumentParser):

@@ -129,9 +129,15 @@ def fetch_beir(
     download = Path(tempfile.mkdtemp(prefix=f".{name}.download-", dir=dest))
     try:
         try:
-            archive = pooch.retrieve(
-                url, known_hash=f"md5:{checksum}", fname=f"{name}.zip", path=download, progressbar=progress
-            )
+            logger = pooch.get_logger()
+            level = logger.level
+            logger.setLevel("WARNING")  # its "Downloading data from ... to file ..." names our temporary folder
+            try:
+                archive = pooch.retrieve(
+                    url, known_hash=f"md5:{checksum}", fname=f"{name}.zip", path=download, progressbar=progress
+                )
+            finally:
+                logger.setLevel(level)
         except ValueError as exc:  # pooch: the hash does not match
             advice = (
                 f"it is not the file BEIR publishes as {name!r}; pass --md5 with this file's checksum if you mean it"
