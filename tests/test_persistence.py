@@ -241,3 +241,16 @@ def test_a_save_killed_at_any_point_leaves_the_old_index_or_the_new_one(tmp_path
         assert loaded.n_docs in (3000, 1500)
         assert loaded.search("w1 w2 w3", 5) == indexes["a" if loaded.n_docs == 3000 else "b"].search("w1 w2 w3", 5)
     print(f"one save {one_save * 1000:.1f} ms; loaded after kills: {sorted(outcomes)}")
+
+
+def test_an_unsigned_ptr_that_decreases_is_refused(tmp_path):
+    # Differences of an unsigned array wrap around instead of going negative: the check must not.
+    labsrc.BM25Index.build(DOCS).save(tmp_path)
+    ptr = np.load(tmp_path / "ptr.npy").astype(np.uint64)
+    ptr[1], ptr[2] = ptr[2], ptr[1]
+    np.save(tmp_path / "ptr.npy", ptr)
+    params = json.loads((tmp_path / "params.json").read_text(encoding="utf-8"))
+    params["dtypes"]["ptr"] = "<u8"
+    (tmp_path / "params.json").write_text(json.dumps(params), encoding="utf-8")
+    with pytest.raises(labsrc.InvalidRecord, match=r"ptr\.npy, field 'ptr': must increase strictly"):
+        labsrc.BM25Index.load(tmp_path)

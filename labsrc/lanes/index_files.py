@@ -184,7 +184,9 @@ def _check_arrays(arrays: dict[str, np.ndarray], files: dict[str, Path], n_docs:
     """What the scoring code assumes of the arrays, checked once (a pass over each)."""
     ptr = arrays["ptr"]
     _check(ptr[0] == 0 and ptr[-1] == n_postings, f"must run from 0 to {n_postings}", files["ptr"], "ptr")
-    _check(bool(np.all(np.diff(ptr) > 0)), "must increase strictly (every term has a posting)", files["ptr"], "ptr")
+    # int64 before differencing: an unsigned array's differences would wrap instead of going negative.
+    _check(bool(np.all(np.diff(ptr.astype(np.int64)) > 0)), "must increase strictly (every term has a posting)",
+           files["ptr"], "ptr")  # fmt: skip
     if "postings" in arrays:
         positions, impact = arrays["postings"][0], arrays["postings"][1].view(np.float64)
         (pos_file, pos_field), (impact_file, impact_field) = (
@@ -196,7 +198,7 @@ def _check_arrays(arrays: dict[str, np.ndarray], files: dict[str, Path], n_docs:
         low, high = int(positions.min()), int(positions.max())
         _check(low >= 0 and high < n_docs, f"positions run from {low} to {high}; they must lie in [0, {n_docs})",
                pos_file, pos_field)  # fmt: skip
-        step = np.diff(positions)
+        step = np.diff(positions.astype(np.int64))
         step[ptr[1:-1] - 1] = 1  # a term's first posting may sit below the previous term's last one
         _check(bool(np.all(step > 0)), "must ascend within each term (sorted, no repeats)", pos_file, pos_field)
     _check(bool(np.all(np.isfinite(impact) & (impact > 0))), "every impact must be finite and > 0",
