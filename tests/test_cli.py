@@ -287,3 +287,18 @@ def test_a_closed_pipe_ends_quietly(tmp_path) -> None:
     stderr = proc.stderr.decode()
     assert proc.returncode == 141, stderr
     assert "Traceback" not in stderr and "Exception ignored" not in stderr
+
+
+def test_a_long_query_on_the_command_line_is_refused_or_answered_at_once(capsys) -> None:
+    # Issue 22: `labsrc search` took 21 s on a 120 KB query. Above the 100,000-character cap it is
+    # one line and exit 2 before any work; just below it, it answers (measured ~0.1 s).
+    import time
+
+    started = time.perf_counter()
+    assert main(["search", "refurbished laptops " * 6_000, "--as", "luna-48291"]) == 2
+    err = capsys.readouterr().err
+    assert err == "labsrc: error: query is 120,000 characters long; the limit is 100,000 " \
+                  "(raise it with max_query_chars=, or None for no limit)\n"  # fmt: skip
+    assert main(["search", "refurbished laptops " * 4_900, "--as", "luna-48291"]) == 0
+    assert "eu-refurb-v2-rule" in capsys.readouterr().out
+    assert time.perf_counter() - started < 5  # generous for a loaded machine
