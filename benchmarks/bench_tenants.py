@@ -10,7 +10,12 @@ missed an 8-deep cache on every request). It also checks, on one request per
 permission set, that every lane equals a retriever holding only that caller's
 permitted chunks (``==``).
 
-    python benchmarks/bench_tenants.py [--chunks 100000] [--sets 40] [--requests 400] [--json OUT]
+    python benchmarks/bench_tenants.py [--chunks 100000] [--sets 40] [--requests 400] [--dim 64] [--json OUT]
+    python benchmarks/bench_tenants.py --scifact DIR [--chunks 100000] ...   # real text and 384-d vectors
+
+With ``--scifact`` the corpus is BEIR SciFact's abstracts cycled to ``--chunks``
+(4 ACL tags, 3 regions, effective dates drawn as above) with their
+all-MiniLM-L6-v2 vectors, and the queries are SciFact's claims with theirs.
 """
 
 from __future__ import annotations
@@ -37,8 +42,53 @@ import labsrc  # noqa: E402
 from labsrc.lanes import BM25Index, DenseIndex  # noqa: E402
 
 
-def permission_sets(count: int) -> list[tuple[labsrc.Caller, dt.date]]:
-    tags = ["support:eu", "support:us", "legal"]
+TAGS = ("support:eu", "support:us", "legal")
+SCIFACT_TAGS = (*TAGS, "finance")
+
+
+class QueryTable:
+    """Query vectors looked up by the query's text (an encoder for MatrixVectors)."""
+
+    version = "scifact-all-MiniLM-L6-v2"
+
+    def __init__(self, by_text: dict[str, np.ndarray]) -> None:
+        self.by_text = by_text
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self.by_text[t] for t in texts])
+
+
+def scifact_corpus(folder: Path, n: int) -> tuple[tuple[labsrc.PolicyChunk, ...], object, list[str]]:
+    """SciFact cycled to ``n`` chunks, with its vectors (rows follow the cycle) and its claims as queries."""
+    from labsrc.datasets.beir import load_corpus, load_queries
+    from labsrc.lanes.dense import MatrixVectors
+    from labsrc.lanes.vectordir import load_vector_dir
+
+    corpus = load_corpus(folder / "corpus.jsonl")
+    loaded = load_vector_dir(next(p for p in sorted((folder / "vectors").iterdir()) if p.is_dir()))
+    row_of = {doc_id: i for i, doc_id in enumerate(loaded.doc_ids)}
+    doc_ids = [d for d in loaded.doc_ids if d in corpus]
+    rng = random.Random(0)
+    chunks, rows = [], []
+    for i in range(n):
+        doc = corpus[doc_ids[i % len(doc_ids)]]
+        start = dt.date(2025, 1, 1) + dt.timedelta(days=rng.randint(0, 500))
+        end = None if rng.random() < 0.8 else start + dt.timedelta(days=rng.randint(0, 300))
+        chunks.append(labsrc.PolicyChunk(
+            chunk_id=f"s{i:06d}", document_id=doc.doc_id, parent_id=doc.doc_id, version="v1",
+            region=rng.choice(["EU", "US", "APAC"]), acl_tag=rng.choice(SCIFACT_TAGS),
+            effective_from=start, effective_to=end, text=f"{doc.title} {doc.text}".strip(),
+        ))  # fmt: skip
+        rows.append(row_of[doc.doc_id])
+    texts = load_queries(folder / "queries.jsonl")
+    query_matrix = loaded.query_matrix(loaded.query_ids)
+    by_text = {texts[q]: np.asarray(query_matrix[i], dtype=np.float64) for i, q in enumerate(loaded.query_ids) if q in texts}
+    documents = np.asarray(loaded.documents, dtype=np.float64)[rows]
+    source = MatrixVectors({c.chunk_id: i for i, c in enumerate(chunks)}, documents, QueryTable(by_text))
+    return tuple(chunks), source, sorted(by_text)
+
+
+def permission_sets(count: int, tags: tuple[str, ...] = TAGS) -> list[tuple[labsrc.Caller, dt.date]]:
     subsets = [frozenset(s) for r in range(1, 4) for s in itertools.combinations(tags, r)]
     days = [dt.date(2026, 5, 27), dt.date(2025, 9, 1)]
     combos = [(region, subset, day) for day in days for region in ["EU", "US", "APAC"] for subset in subsets]
@@ -61,17 +111,24 @@ def main() -> None:
     parser.add_argument("--sets", type=int, default=40)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--scifact", metavar="DIR", help="BEIR SciFact folder: real text and its 384-d vectors")
     parser.add_argument("--json", metavar="OUT", help="write the measurements as JSON")
     args = parser.parse_args()
 
-    chunks = tuple(synthetic_corpus(args.chunks))
-    rng = np.random.default_rng(0)
-    word_rng = random.Random(1)
-    queries = [" ".join(word_rng.choice(WORDS) for _ in range(4)) for _ in range(args.requests)]
-    vectors = labsrc.FixtureVectors(
-        {c.chunk_id: rng.standard_normal(args.dim) for c in chunks}, {q: rng.standard_normal(args.dim) for q in queries}
-    )
-    sets = permission_sets(args.sets)
+    if args.scifact:
+        chunks, vectors, claims = scifact_corpus(Path(args.scifact), args.chunks)
+        queries = [claims[i % len(claims)] for i in range(args.requests)]
+        args.dim = vectors.document_matrix(chunks[:1]).shape[1]
+        sets = permission_sets(args.sets, SCIFACT_TAGS)
+    else:
+        chunks = tuple(synthetic_corpus(args.chunks))
+        rng = np.random.default_rng(0)
+        word_rng = random.Random(1)
+        queries = [" ".join(word_rng.choice(WORDS) for _ in range(4)) for _ in range(args.requests)]
+        vectors = labsrc.FixtureVectors(
+            {c.chunk_id: rng.standard_normal(args.dim) for c in chunks}, {q: rng.standard_normal(args.dim) for q in queries}
+        )
+        sets = permission_sets(args.sets)
     tracemalloc.start()
     t0 = time.perf_counter()
     retriever = labsrc.PolicyRetriever(chunks, vectors)
@@ -79,7 +136,8 @@ def main() -> None:
     build_s = time.perf_counter() - t0
     masks = {retriever.boundary.mask(caller, day).tobytes() for caller, day in sets}
     sizes = [len(retriever.universe(caller, day)) for caller, day in sets]
-    print(f"corpus {len(chunks):,} chunks, {args.dim}-d vectors; {len(sets)} permission sets "
+    corpus = f"SciFact cycled to {len(chunks):,}" if args.scifact else f"synthetic corpus {len(chunks):,}"
+    print(f"{corpus} chunks, {args.dim}-d vectors; {len(sets)} permission sets "
           f"({len(masks)} distinct masks, universes {min(sizes):,}-{max(sizes):,} chunks)")  # fmt: skip
     print(f"shared index and matrix built in {build_s:.1f} s")
 
@@ -122,7 +180,7 @@ def main() -> None:
     print(f"every lane == a permitted-only retriever: checked {checked} permission sets")
 
     report = {
-        "chunks": len(chunks), "dim": args.dim, "permission_sets": len(sets), "distinct_masks": len(masks),
+        "corpus": "scifact" if args.scifact else "synthetic", "chunks": len(chunks), "dim": args.dim, "permission_sets": len(sets), "distinct_masks": len(masks),
         "requests": args.requests, "build_s": build_s,
         "p50_ms": pct(totals, 50), "p95_ms": pct(totals, 95),
         "stages": {s: {"p50_ms": pct(v, 50), "p95_ms": pct(v, 95)} for s, v in stages.items()},

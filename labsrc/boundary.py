@@ -97,6 +97,8 @@ class BoundaryIndex:
         self._tag_code = {t: i for i, t in enumerate(tags)}
         self._region = np.fromiter((self._region_code[c.region] for c in self._chunks), np.int64, len(self._chunks))
         self._tag = np.fromiter((self._tag_code[c.acl_tag] for c in self._chunks), np.int64, len(self._chunks))
+        # One code per (region, tag) group: a request's region and tags become one table lookup per chunk.
+        self._group = (self._region * max(len(tags), 1) + self._tag).astype(np.intp)
         self._from = np.fromiter((c.effective_from.toordinal() for c in self._chunks), np.int64, len(self._chunks))
         self._to = np.fromiter(
             (self._OPEN_END if c.effective_to is None else c.effective_to.toordinal() for c in self._chunks),
@@ -115,8 +117,11 @@ class BoundaryIndex:
         region = self._region_code.get(caller.region)
         if region is None:
             return np.zeros(len(self._chunks), dtype=bool)
-        tags = [self._tag_code[t] for t in caller.acl_tags if t in self._tag_code]
-        return (self._region == region) & np.isin(self._tag, tags) & (self._from <= day) & (day <= self._to)
+        allowed = np.zeros(len(self._region_code) * max(len(self._tag_code), 1), dtype=bool)
+        for tag in caller.acl_tags:
+            if tag in self._tag_code:
+                allowed[region * len(self._tag_code) + self._tag_code[tag]] = True
+        return allowed[self._group] & (self._from <= day) & (day <= self._to)
 
     def permitted(self, caller: Caller, on_date: dt.date) -> tuple[PolicyChunk, ...]:
         """The permitted chunks, in corpus order."""

@@ -471,8 +471,8 @@ def test_a_trace_with_chunk_text_or_hidden_ids_is_named(failing_run, corpus):
     del traces[2]["timings_ms"]
     problems = check_failed_traces(traces[:3], failing_run, chunks, callers).problems
     assert (
-        "trace for case 'us-exact-rtn30' contains chunk text (of ['us-return-window-v2']), whole or in part: "
-        "keep ids, ranks, versions and timings only; a snippet is text too"
+        "trace for case 'us-exact-rtn30' contains chunk text (of ['us-return-window-v2']), whole or in part, "
+        "in field 'snippets[0]': keep ids, ranks, versions and timings only; a snippet is text too"
     ) in problems
     assert (
         "trace for case 'eu-paraphrase-rpl14' mentions ['merchant-vip-refurb'], which caller luna-48291 cannot see: "

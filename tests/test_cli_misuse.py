@@ -185,7 +185,7 @@ def test_only_negative_cases_leave_recall_not_tested_and_exit_0(tmp_path: Path, 
     assert "no positive cases to replay; add a positive case with the chunk id the caller must get" in out
     assert "FAIL" not in out
     assert "PASS  restricted exclusion" in out
-    assert "NOT TESTED: 4 gate(s) had no cases to replay" in out and "all tested gates pass" in out
+    assert "NOT TESTED: 4 gate(s) had nothing to measure" in out and "all tested gates pass" in out
 
 
 def test_no_safety_cases_is_not_a_pass(tmp_path: Path, capsys) -> None:

@@ -4,13 +4,24 @@ versions are excluded from that by notebooks/exercises/conftest.py.)"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from labsrc.course import SUBMISSION_ENV
+
 EXERCISES = Path(__file__).resolve().parent.parent / "notebooks" / "exercises"
 STUDENT = sorted(p for p in EXERCISES.glob("*.ipynb") if not p.stem.endswith("-solution"))
+_spec = importlib.util.spec_from_file_location("exercise_conftest", EXERCISES / "conftest.py")
+
+
+def _seeded_submission(parent: Path) -> Path:
+    """A learner's my-submission after exercises 1 and 2 and labsrc embed (notebooks/exercises/conftest.py)."""
+    module = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(module)
+    return module.seeded_submission(parent)
 
 #: Student notebook → phrases its failing check must say, as the learner reads them.
 EXPECTED_FEEDBACK = {
@@ -75,9 +86,11 @@ def test_student_versions_are_handed_out_without_outputs():
 
 
 @pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.stem)
-def test_student_version_fails_its_check_helpfully(path):
+def test_student_version_fails_its_check_helpfully(path, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
+    # The kernel inherits the environment: the exercises' my-submission is a temporary copy, never the repository's.
+    monkeypatch.setenv(SUBMISSION_ENV, str(_seeded_submission(tmp_path)))
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(EXERCISES)}})
     with pytest.raises(nbclient.exceptions.CellExecutionError) as info:
@@ -89,3 +102,37 @@ def test_student_version_fails_its_check_helpfully(path):
     # It is the check cell that stopped, not an earlier one.
     executed = [c for c in notebook.cells if c.cell_type == "code" and c.get("execution_count")]
     assert "checks.check_" in executed[-1].source
+
+
+def test_every_exercise_uses_the_one_submission_folder_and_none_reads_the_model_answer():
+    for path in sorted(EXERCISES.glob("*.ipynb")):
+        code = "\n".join(_source(c) for c in _cells(path) if c["cell_type"] == "code")
+        assert "SUBMISSION = my_submission()" in code, f"{path.name} does not define SUBMISSION = my_submission()"
+        assert code.count("SUBMISSION =") == 1, f"{path.name} redefines SUBMISSION"
+        assert "coursework" not in code, f"{path.name} reads fixtures/coursework (the model answer)"
+        assert "mkdir()" not in code  # a second run must not fail with FileExistsError
+
+
+def test_my_submission_is_the_repository_root_folder_and_can_be_created_twice(tmp_path, monkeypatch):
+    from labsrc.course import my_submission
+    from labsrc.datasets.lesson import fixtures_dir
+
+    monkeypatch.delenv(SUBMISSION_ENV, raising=False)
+    assert my_submission.__doc__ and "exist_ok" in my_submission.__doc__
+    monkeypatch.setenv(SUBMISSION_ENV, str(tmp_path / "my-submission"))
+    assert my_submission() == my_submission() == tmp_path / "my-submission"  # exist_ok: a second call is harmless
+    assert (tmp_path / "my-submission").is_dir()
+    # Without the override it is my-submission next to fixtures/, at the repository root.
+    monkeypatch.delenv(SUBMISSION_ENV)
+    root = fixtures_dir().resolve().parent
+    monkeypatch.setattr("labsrc.course.submission.Path.mkdir", lambda self, **kwargs: None)
+    assert my_submission() == root / "my-submission"
+
+
+def test_a_missing_cases_file_says_which_exercises_to_run(tmp_path):
+    from labsrc.course import read_my_cases
+    from labsrc.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument) as info:
+        read_my_cases(tmp_path)
+    assert "no cases.jsonl in" in str(info.value) and "run exercise 1 (positive cases) and exercise 2" in str(info.value)

@@ -68,6 +68,7 @@ def test_every_lesson_gate_passes_in_table_order(lesson_run) -> None:
         "superseded exclusion",
         "wrong_region exclusion",
         "abstention",
+        "boundary on every returned id",
     ]
     assert all(g.passed for g in lesson_run.gates), [g for g in lesson_run.gates if not g.passed]
     assert lesson_run.passed and lesson_run.failed_outcomes == ()
@@ -158,7 +159,8 @@ def test_abstention_fails_when_forbidden_evidence_is_returned(data) -> None:
     outcomes = run_cases(PolicyRetriever(data.chunks, data.vectors), [case], data.callers, data.eval_date)
     result = gate(evaluate_gates(outcomes), "abstention")
     assert not result.passed and result.failing_cases == ("overreach",)
-    assert result.detail == "1 case, 2 fused ids returned for review"  # one case: singular
+    # 2 fused ids: the forbidden one fails the gate, the other is listed for review (one case: singular).
+    assert result.detail == "1 case, 1 returned a forbidden id; 1 other fused id returned, for review"
     assert outcomes[0].overreach() == ("eu-footwear-v1-rule",)
 
 

@@ -181,6 +181,10 @@ COMMANDS = {
          "{fixtures}/cases.jsonl", "--no-progress", "--out", "{out}", "--repetitions", "1"],
         ["--chunks", "--callers", "--cases", "--vectors", "--config", "--out", "--junit-xml", "--date", "--top-k"],
     ),  # fmt: skip
+    "audit": (
+        ["audit", "--subjects", "policy-retriever", "--data", "{fixtures}", "--no-progress"],
+        ["--subjects", "--data", "--markdown", "--json", "--plot"],
+    ),
     "search": (["search", "RPL-14", "--as", "luna-48291"], ["QUERY", "--as", "--chunks", "--vectors", "--date", "--top-k"]),
     "beir": (
         ["beir", "--data", "{beir}", "--lanes", "bm25", "--no-progress", "--permutations", "10"],

@@ -113,7 +113,7 @@ def test_an_untested_gate_is_shown_as_not_tested(untested_dir: Path) -> None:
     assert "gates NOT TESTED (no cases) and do not fail the run" in page
     markdown = (untested_dir / "report.md").read_text(encoding="utf-8")
     # 3 recall gates + hybrid + latency were tested; 3 exclusion gates + abstention had no cases.
-    assert "**PASS**: 5 of 5 tested gates pass, 4 gates NOT TESTED (no cases) on 2026-05-27" in markdown
+    assert "**PASS**: 6 of 6 tested gates pass, 4 gates NOT TESTED for retriever `PolicyRetriever` on 2026-05-27" in markdown
     assert "| restricted exclusion | NOT TESTED | no restricted cases to replay" in markdown
 
 

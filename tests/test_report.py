@@ -103,7 +103,7 @@ def test_report_json_schema(passing_dir: Path, passing) -> None:
     doc = json.loads((passing_dir / "report.json").read_text(encoding="utf-8"))
     assert doc["schema"] == REPORT_SCHEMA and doc["schema_version"] == REPORT_SCHEMA_VERSION == 1
     assert list(doc) == [
-        "schema", "schema_version", "generator", "passed", "on_date", "config", "versions",
+        "schema", "schema_version", "generator", "passed", "on_date", "subject", "noninterference", "config", "versions",
         "recall", "significance", "gates", "cases", "latency", "cases_sha256",
     ]
     assert doc["passed"] is True and doc["on_date"] == "2026-05-27"
@@ -166,7 +166,8 @@ def test_failed_traces_are_compact_and_complete(failing_dir: Path, failing) -> N
     assert set(traces) == {o.case.name for o in failing.failed_outcomes}
     trace = traces["restricted-merchant-code"]
     assert trace["leaked"] == ["merchant-vip-refurb"]
-    assert trace["failed_gates"] == ["restricted exclusion"]
+    # The bypass returns a hidden id, so the boundary gate fails on the same case (sorted by gate name).
+    assert trace["failed_gates"] == ["boundary on every returned id", "restricted exclusion"]
     assert trace["versions"]["fusion"] == "rrf-k60"
     assert set(trace["timings_ms"]) == {"authorize", "bm25", "dense", "fusion"}
     (candidate,) = trace["candidates"]
@@ -235,6 +236,6 @@ def test_latency_frame_empty_when_not_measured(data) -> None:
 def test_markdown_summary(passing) -> None:
     text = report_markdown(passing)
     assert text.startswith("# Release gate report\n")
-    assert "**PASS**: 9 of 9 gates pass on 2026-05-27" in text
+    assert "**PASS**: 10 of 10 gates pass for retriever `PolicyRetriever` on 2026-05-27" in text
     assert "| bm25 | 0.67 |" in text and "| hybrid | 1.00 |" in text
     assert "| restricted exclusion | PASS |" in text

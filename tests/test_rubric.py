@@ -12,6 +12,7 @@ import pytest
 from labsrc import InvalidArgument
 from labsrc.cli.main import main
 from labsrc.course import LEVELS, find_submission, grade, parse_level
+from labsrc.course.submission import shell_path
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSEWORK = ROOT / "fixtures" / "coursework"
@@ -263,8 +264,8 @@ def test_queries_without_vectors_are_named_with_the_embed_command(tmp_path):
         handle.write(json.dumps({"name": "my-paraphrase", "query": "exchange my faulty secondhand computer",
                                  "caller": "luna-48291", "kind": "positive", "expected": ["eu-refurb-v2-rule"]}) + "\n")
     result = grade(sub, measure=False)
-    hint = (f"1 of your case queries has no vector: run `labsrc embed --chunks {POLICIES / 'chunks.jsonl'} "
-            f"--queries {sub / 'cases.jsonl'} --out {sub / 'vectors' / 'all-MiniLM-L6-v2'}`")
+    hint = (f"1 of your case queries has no vector: run `labsrc embed --chunks {shell_path(POLICIES / 'chunks.jsonl')} "
+            f"--queries {shell_path(sub / 'cases.jsonl')} --out {shell_path(sub / 'vectors' / 'all-MiniLM-L6-v2')}`")
     assert any(line.startswith(f"vectors: {hint}") for line in result.inputs)
     met, detail = _evidence(result, "Applied")["the dense lane recovers it"]
     assert not met and detail.startswith(hint) and detail.endswith("without one the dense lane is empty for my-paraphrase")
@@ -287,3 +288,79 @@ def test_a_report_of_other_cases_is_stale(tmp_path):
     del report["cases_sha256"]
     (tmp_path / "old" / "report" / "report.json").write_text(json.dumps(report))
     assert any("records no cases hash" in line for line in grade(tmp_path / "old", measure=False).inputs)
+
+
+# --- issue 23: the rubric's own words -------------------------------------------------------------
+
+
+def _commands(text: str) -> list[str]:
+    """Every ``labsrc ...`` command the rubric prints between backticks, in order, without repeats."""
+    import re
+
+    return list(dict.fromkeys(re.findall(r"`(labsrc [^`]+)`", text)))
+
+
+def test_every_command_the_rubric_prints_runs_as_printed(tmp_path, monkeypatch):
+    import shlex
+
+    from labsrc.cli.main import build_parser
+
+    sub = tmp_path / "my-submission"
+    shutil.copytree(COURSEWORK / "solution", sub, ignore=shutil.ignore_patterns("report"))
+    monkeypatch.chdir(tmp_path)  # as a learner runs it, from the folder that holds the submission
+    before = grade(Path("my-submission"), measure=False)
+    commands = _commands(before.to_text())
+    gate = [c for c in commands if c.startswith("labsrc gate ")]
+    assert gate == [
+        f"labsrc gate --chunks {POLICIES / 'chunks.jsonl'} --callers {POLICIES / 'callers.json'} "
+        "--cases my-submission/cases.jsonl --vectors my-submission/vectors/all-MiniLM-L6-v2 "
+        f"--config {POLICIES / 'gate.json'} --out my-submission/report"
+    ]
+    for command in commands:  # each one parses as the CLI reads it: no "...", no "course default (...)"
+        argv = shlex.split(command)[1:]
+        build_parser().parse_args(argv)
+        assert "..." not in command and "course default" not in command
+    assert main(shlex.split(gate[0])[1:]) == 0
+    after = grade(Path("my-submission"), measure=False)
+    assert "report: report/report.json" in after.inputs
+
+
+def test_the_embed_command_for_a_submission_without_vectors_names_real_paths(tmp_path, monkeypatch):
+    import shlex
+
+    from labsrc.cli.main import build_parser
+
+    sub = tmp_path / "my-submission"
+    sub.mkdir()
+    shutil.copy(COURSEWORK / "solution" / "cases.jsonl", sub / "cases.jsonl")
+    monkeypatch.chdir(tmp_path)
+    text = grade(Path("my-submission"), measure=False).to_text()
+    embed = [c for c in _commands(text) if c.startswith("labsrc embed ")]
+    assert embed == [f"labsrc embed --chunks {POLICIES / 'chunks.jsonl'} --queries my-submission/cases.jsonl "
+                     "--out my-submission/vectors/all-MiniLM-L6-v2"]
+    args = build_parser().parse_args(shlex.split(embed[0])[1:])
+    assert Path(args.chunks).is_file() and Path(args.queries).is_file()
+
+
+def test_a_submission_that_fails_its_own_tighter_gate_is_told_so(tmp_path):
+    sub = tmp_path / "sub"
+    shutil.copytree(COURSEWORK / "solution", sub)
+    tighter = {**json.loads((POLICIES / "gate.json").read_text()), "min_recall": {"hybrid": 1.0, "bm25": 1.0}}
+    (sub / "gate.json").write_text(json.dumps(tighter))
+    result = grade(sub, measure=False)
+    assert "  it relaxes none of the course's thresholds" in result.inputs
+    met, detail = _evidence(result, "Production-ready")["the submission passes its own gate.json"]
+    assert not met
+    assert detail.startswith("recall@2 bm25: ")
+    assert detail.endswith("your gate.json would block this release; fix the cases or the retrieval, or loosen "
+                           "your own gate back towards the course's")
+    assert result.level != "Production-ready"
+
+
+def test_a_submission_that_passes_its_own_tighter_gate_says_so(tmp_path):
+    sub = tmp_path / "sub"
+    shutil.copytree(COURSEWORK / "solution", sub)
+    tighter = {**json.loads((POLICIES / "gate.json").read_text()), "min_recall": {"hybrid": 1.0, "dense": 0.5}}
+    (sub / "gate.json").write_text(json.dumps(tighter))
+    met, detail = _evidence(grade(sub, measure=False), "Production-ready")["the submission passes its own gate.json"]
+    assert met and detail.startswith("all ") and detail.endswith("gates of your gate.json pass")

@@ -39,7 +39,7 @@ def _source(cell: dict) -> str:
 
 
 def test_every_lesson_has_a_twin():
-    assert [p.name[:2] for p in LESSONS] == [f"{n:02d}" for n in range(1, 13)]
+    assert [p.name[:2] for p in LESSONS] == [f"{n:02d}" for n in range(1, 14)]
     twins = sorted(p.name for p in make_students.STUDENT_DIR.glob("*.ipynb"))
     assert twins == [p.name for p in LESSONS]
 
@@ -119,3 +119,60 @@ def test_every_check_in_a_twin_stops_with_its_hint(path):
         # The hint is the one the cell passes to require_answer (its opening words, before any f-string field).
         hint = evalue.split("is still blank (...): ", 1)[1]
         assert hint and hint[:10] in notebook.cells[i].source, f"{twin.name}, cell {i}: hint {hint!r}"
+
+
+def _with_answer(path: Path, target: str, statement: str):
+    """The lesson notebook with the marked answer to ``target`` replaced by ``statement`` (a learner's mistake)."""
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        for name, first, last in make_students._marked(cell.source):
+            if name == target:
+                lines = cell.source.split("\n")
+                cell.source = "\n".join([*lines[:first], statement, *lines[last + 1:]])
+                return notebook
+    raise AssertionError(f"{path.name} has no marked answer {target!r}")
+
+
+def _run_until_check(notebook, target: str) -> tuple[str, str, str]:
+    """Run the notebook up to the check of ``target``; its printed text, error name and error value."""
+    nbclient = pytest.importorskip("nbclient")
+    last = next(i for i, c in enumerate(notebook.cells) if c.cell_type == "code" and target in REQUIRE.findall(c.source))
+    notebook.cells = notebook.cells[: last + 1]
+    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3", allow_errors=True,
+                                     resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client.execute()
+    outputs = notebook.cells[last].get("outputs", [])
+    printed = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    error = next((o for o in outputs if o.get("output_type") == "error"), {})
+    return printed, error.get("ename", ""), error.get("evalue", "")
+
+
+@pytest.mark.parametrize(("notebook", "target", "statement", "ename", "said"), [
+    ("02-sparse-lane-bm25", "zero_term", 'zero_term = ["laptop"]', "WrongAnswer",
+     "`zero_term` is list ['laptop'], not a string: one term of the analysed query, as a string"),
+    ("06-release-gates", "my_recall_at_1", "my_recall_at_1 = 0.67", "WrongAnswer",
+     "`my_recall_at_1` is float 0.67, not a dict: a dict"),
+    ("06-release-gates", "my_recall_at_1", "my_recall_at_1 = [2 / 3, 2 / 3, 1.0]", "WrongAnswer",
+     "`my_recall_at_1` is list [0.6666666666666666, 0.6666666666666666, 1.0], not a dict"),
+    ("06-release-gates", "my_recall_at_1", 'my_recall_at_1 = {"bm25": 2 / 3, "dense": 2 / 3}', "WrongAnswer",
+     "`my_recall_at_1` has no 'hybrid' key: give every one of ['bm25', 'dense', 'hybrid']"),
+])
+def test_a_wrong_typed_answer_stops_its_check_with_the_hint(notebook, target, statement, ename, said):
+    printed, got, evalue = _run_until_check(_with_answer(NOTEBOOKS / f"{notebook}.ipynb", target, statement), target)
+    assert got == ename, (got, evalue)
+    assert said in evalue
+    assert "Correct" not in printed  # the answer is not given away
+
+
+def test_a_restricted_case_forbidding_a_superseded_chunk_is_refused_as_labsrc_gate_refuses_it():
+    statement = ('my_case = Case(name="my-merchant-refund", query="RPL-14 damaged refurbished laptops", '
+                 'caller="luna-48291", kind="restricted", forbidden=("eu-refurb-v1-rule",))')
+    notebook = _with_answer(NOTEBOOKS / "06-release-gates.ipynb", "my_case", statement)
+    printed, ename, evalue = _run_until_check(notebook, "my_case")
+    assert ename == "AssertionError" and "not yet: see the hint above" in evalue
+    assert ("Hint: labsrc gate would refuse this case: case 'my-merchant-refund', field 'kind', value 'restricted': "
+            "none of the forbidden chunks is hidden from 'luna-48291'") in printed
+    assert "for being restricted; pick the kind that matches why they are hidden" in printed

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from contextlib import ExitStack
+from functools import partial
 from typing import Any
 
 from labsrc.errors import InvalidArgument
@@ -19,7 +20,7 @@ from labsrc.lanes.dense import DenseSource, Encoder
 from labsrc.records.policy import PolicyChunk
 from labsrc.retriever.policy import PolicyRetriever
 
-__all__ = ["ENGINES", "add_engine_options", "close_engines", "make_retriever"]
+__all__ = ["ENGINES", "add_engine_options", "close_engines", "engine_factory", "make_retriever"]
 
 #: The engines a command can run on.
 ENGINES = ("memory", "postgres")
@@ -30,7 +31,7 @@ _OPEN = ExitStack()
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
     """Add ``--engine {memory,postgres}`` and ``--dsn URL`` to a command."""
     parser.add_argument(
-        "--engine", choices=ENGINES, default="memory",
+        "--engine", choices=ENGINES, default=None,
         help="where retrieval runs: in memory (default) or inside PostgreSQL (RLS boundary, BM25 in SQL, pgvector); "
              "postgres needs: pip install 'hybrid-retrieval-lab[postgres]'",
     )  # fmt: skip
@@ -48,18 +49,30 @@ def make_retriever(
 
     ``progress`` (a loading progress callback) is used by the postgres engine only.
     """
-    engine = getattr(args, "engine", "memory")
+    factory, _ = engine_factory(args, **kwargs)
+    retriever = factory(chunks, vectors)
+    if callable(getattr(retriever, "close", None)):
+        _OPEN.callback(retriever.close)  # before the shared server stops (an ExitStack unwinds last-in first)
+    return retriever
+
+
+def engine_factory(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, str]:
+    """``(factory, label)`` for ``--engine``: what the gate builds, once per corpus it needs.
+
+    ``progress`` (a loading progress callback) is used by the postgres engine only.
+    """
+    engine = getattr(args, "engine", None) or "memory"
     dsn = getattr(args, "dsn", None)
     if engine == "memory":
         if dsn is not None:
             raise InvalidArgument("--dsn applies to --engine postgres only")
         kwargs.pop("progress", None)
-        return PolicyRetriever(chunks, vectors, **kwargs)
-    from labsrc.engines.postgres import PostgresRetriever
+        return partial(PolicyRetriever, **kwargs), "memory"
+    from labsrc.audit.pgvector_hnsw import SharedServerFactory
 
-    retriever = PostgresRetriever(chunks, vectors, dsn=dsn, **kwargs)
-    _OPEN.callback(retriever.close)
-    return retriever
+    factory = SharedServerFactory(dsn, **kwargs)
+    _OPEN.callback(factory.close)
+    return factory, "postgres"
 
 
 def close_engines() -> None:

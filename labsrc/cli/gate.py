@@ -1,10 +1,16 @@
 """``labsrc gate``: the release gate on *your* corpus, callers and cases; fails CI when a gate fails.
 
-Exit status: 0 every gate passes, 1 a gate failed (each failing gate and case is
-printed), 2 bad input (the message names the file, line, field and value): a
-malformed or empty file, a case that cannot test what its kind says (checked
-with :func:`~labsrc.evaluation.case_rules.check_cases`), an output path that
-cannot be written (checked before the run).
+It judges the lab's retriever (``--engine memory`` or ``postgres``) or *your own*
+(``--retriever MODULE:FACTORY``, see :mod:`labsrc.evaluation.subject`): the same
+gates, plus the boundary on every returned id and noninterference by rebuild and
+by bait, which need nothing but the factory.
+
+Exit status: 0 every gate passes, 1 a gate failed (each failing gate, case and
+finding is printed), 2 bad input (the message names the file, line, field and
+value): a malformed or empty file, a case that cannot test what its kind says
+(checked with :func:`~labsrc.evaluation.case_rules.check_cases`), an output path
+that cannot be written (checked before the run), a factory that cannot be
+imported or built (its own error and file:line).
 """
 
 from __future__ import annotations
@@ -12,30 +18,23 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
-from labsrc.boundary import permitted_chunks
-from labsrc.cli.engines import make_retriever
+from labsrc.audit.plugin import load_factory
+from labsrc.cli.engines import engine_factory
 from labsrc.cli.outputs import check_out_dir, check_out_file
 from labsrc.cli.progress import make_progress
 from labsrc.cli.report import add_run_options, apply_overrides, print_gate_table
-from labsrc.errors import InvalidRecord
+from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.evaluation.case_rules import check_cases
 from labsrc.evaluation.config import GateConfig, load_gate_config
-from labsrc.evaluation.gates import release_gate
+from labsrc.evaluation.gates import gate_retriever
 from labsrc.evaluation.junit import write_junit
 from labsrc.evaluation.report import write_report
 from labsrc.lanes.coverage import missing_vectors_note
-from labsrc.lanes.dense import (
-    DenseSource,
-    EncoderVectors,
-    HashingEncoder,
-    load_vectors,
-)
-from labsrc.records.cases import Case, iter_cases
+from labsrc.lanes.dense import DenseSource
+from labsrc.lanes.sources import load_dense_source, visible_chunks
+from labsrc.records.cases import iter_cases
 from labsrc.records.loading import load_callers, load_chunks, parse_date
-from labsrc.records.policy import Caller, PolicyChunk
 
 __all__ = ["iso_date", "load_dense_source", "register", "run", "visible_chunks"]
 
@@ -46,60 +45,6 @@ def iso_date(value: str) -> dt.date:
         return parse_date(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def load_dense_source(
-    path: str | Path | None, chunks: Sequence[PolicyChunk], cases: Sequence[Case] = ()
-) -> DenseSource:
-    """The dense lane's vectors for a command-line run.
-
-    * a ``.json`` file: fixture vectors (:func:`~labsrc.records.loading.load_vectors`), queries looked up by text;
-    * a directory: a ``vectors/<model>/`` folder (:func:`~labsrc.lanes.vectordir.load_vector_dir`);
-      a case whose ``name`` is a query id in ``query_ids.txt`` gets that query's vector;
-    * nothing: a deterministic :class:`~labsrc.lanes.dense.HashingEncoder` (word overlap, not meaning).
-
-    Every chunk in ``chunks`` (pass the chunks some caller can see: hidden ones
-    need no vector) must have a document vector; a missing one is an error naming the file.
-    """
-    if path is None:
-        return EncoderVectors(HashingEncoder())
-    path = Path(path)
-    if path.is_dir():
-        from labsrc.lanes.vectordir import VectorDirectory, load_vector_dir
-
-        loaded = load_vector_dir(path)
-        known = set(loaded.query_ids)
-        source = VectorDirectory(
-            loaded.doc_ids,
-            loaded.documents,
-            loaded.query_ids,
-            loaded.query_matrix(loaded.query_ids),
-            version=loaded.version,
-            model=loaded.model,
-            queries={case.name: case.query for case in cases if case.name in known},
-        )
-        have, where = set(loaded.doc_ids), path / "corpus_ids.txt"
-    else:
-        source = load_vectors(path)
-        have, where = set(source.documents), path
-    missing = sorted(c.chunk_id for c in chunks if c.chunk_id not in have)
-    if missing:
-        raise InvalidRecord(
-            f"no document vector for {len(missing)} chunk(s), e.g. {missing[:5]}", path=where, field="documents"
-        )
-    return source
-
-
-def visible_chunks(
-    chunks: Sequence[PolicyChunk], callers: Sequence[Caller], cases: Sequence[Case], on_date: dt.date
-) -> list[PolicyChunk]:
-    """Chunks that at least one case's caller may see on the case's date: the ones the dense lane will embed."""
-    by_id = {c.actor_id: c for c in callers}
-    seen: dict[str, PolicyChunk] = {}
-    for case in cases:
-        for chunk in permitted_chunks(by_id[case.caller], chunks, case.on_date or on_date):
-            seen.setdefault(chunk.chunk_id, chunk)
-    return list(seen.values())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,14 +75,24 @@ def run(args: argparse.Namespace) -> int:
         path=args.cases,
         lines={case.name: line for line, case in located},
     )
-    source = load_dense_source(args.vectors, visible_chunks(chunks, callers, cases, config.eval_date()), cases)
+    factory = None
+    if args.retriever:
+        if args.engine is not None or args.dsn is not None:
+            raise InvalidArgument("--retriever judges your own retriever; --engine and --dsn choose the lab's: give one or the other")
+        factory = load_factory(args.retriever)  # before loading vectors: a typo fails fast
+    source: DenseSource | None = None
+    if args.vectors or factory is None:
+        source = load_dense_source(args.vectors, visible_chunks(chunks, callers, cases, config.eval_date()), cases)
     # Positive cases only: a negative case whose dense lane is empty cannot leak through it.
     positives = [c for c in cases if c.kind == "positive"]
     if args.vectors and (note := missing_vectors_note(source, positives, chunks_path=args.chunks, cases_path=args.cases, vectors_path=args.vectors)):
         print(f"labsrc: warning: {note}", file=sys.stderr)
     progress = make_progress(args.no_progress)
-    retriever = make_retriever(args, chunks, source, rrf_k=config.rrf_k, progress=progress)
-    result = release_gate(retriever, cases, callers, config, progress=progress)
+    if factory is not None:
+        label = args.retriever
+    else:
+        factory, label = engine_factory(args, rrf_k=config.rrf_k, progress=progress)
+    result = gate_retriever(factory, chunks, callers, cases, source, config, progress=progress, label=label)
     print_gate_table(result)
     if args.out:
         write_report(result, args.out)
@@ -153,9 +108,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "gate",
         help="run the release gate on your own chunks, callers and cases (exit 1 on failure)",
         description=(
-            "Replay a case file through the permission-safe hybrid retriever and check every gate: "
+            "Replay a case file through the permission-safe hybrid retriever, or your own "
+            "(--retriever MODULE:FACTORY), and check every gate: "
             "Recall@k per lane, hybrid vs each lane, restricted/superseded/wrong-region exclusion at "
-            "full depth, abstention, and p50/p95 stage latency. "
+            "full depth, abstention, the boundary on every returned id, noninterference by rebuild "
+            "(a build over each caller's permitted chunks only) and by bait, and p50/p95 stage latency. "
             "A gate with no cases is NOT TESTED (it fails the run only if the config sets require_cases). "
             "Exit status: 0 all gates pass, 1 a gate failed (each failing gate and case is printed), "
             "2 bad input (the file, line and field are named)."
@@ -167,7 +124,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--vectors",
         metavar="FILE_OR_DIR",
-        help="dense vectors: a fixture JSON file or a vectors/<model>/ folder (default: a hashing encoder)",
+        help="dense vectors: a fixture JSON file or a vectors/<model>/ folder (default: a hashing encoder; "
+             "with --retriever, your factory gets None)",
+    )
+    parser.add_argument(
+        "--retriever", metavar="MODULE:FACTORY",
+        help="judge your own retriever: FACTORY(chunks, vectors) returns an object with "
+             "search(query, caller, on_date, top_k); MODULE is an importable module or a path to a .py file",
     )
     parser.add_argument("--config", metavar="FILE", help="gate config, .json or .toml (default: built-in defaults)")
     parser.add_argument("--out", metavar="DIR", help="also write the report files (report.html, report.md, ...) into DIR")

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from labsrc.cli import audit as cli_audit
 from labsrc.cli import beir as cli_beir
 from labsrc.cli import data as cli_data
 from labsrc.cli import embed as cli_embed
@@ -32,7 +33,7 @@ from labsrc.version import __version__
 __all__ = ["build_parser", "main"]
 
 #: Subcommand modules, in the order ``--help`` lists them.
-COMMANDS = (cli_report, cli_gate, cli_search, cli_beir, cli_data, cli_embed, cli_rubric)
+COMMANDS = (cli_report, cli_gate, cli_audit, cli_search, cli_beir, cli_data, cli_embed, cli_rubric)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from labsrc.cli.engines import add_engine_options, make_retriever
+from labsrc.cli.engines import add_engine_options, engine_factory
 from labsrc.cli.outputs import check_out_dir
 from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir, lesson
 from labsrc.evaluation.config import LANES, GateConfig, load_gate_config
-from labsrc.evaluation.gates import GateRun, release_gate
+from labsrc.evaluation.gates import GateRun, gate_retriever
 from labsrc.evaluation.report import (
     recall_significance,
     significance_lines,
@@ -29,17 +29,25 @@ __all__ = ["DEFAULT_OUT", "add_run_options", "apply_overrides", "print_gate_tabl
 DEFAULT_OUT = Path("report")
 
 
+#: Findings printed under a failed gate; the reports hold all of them.
+_FINDINGS_SHOWN = 10
+
+
 def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
     """Recall@k per lane, then every gate as PASS, FAIL or NOT TESTED with its failing cases or stages."""
     out = stream if stream is not None else sys.stdout
     k = run.config.top_k
     write = lambda text="": print(text, file=out)
-    write(f"Release gate  (eval date {run.on_date}, top_k {k}, rrf_k {run.config.to_dict()['rrf_k']}, "
-          f"dense {run.versions.get('dense')})")
+    subject = f"retriever {run.subject}, " if run.subject else ""
+    dense = run.versions.get("dense")
+    write(f"Release gate  ({subject}eval date {run.on_date}, top_k {k}, rrf_k {run.config.to_dict()['rrf_k']}"
+          + (f", dense {dense})" if dense else ")"))
     write()
     write(f"{'lane':<8} Recall@{k}")
+    lanes_reported = all(o.lanes_reported for o in run.outcomes)
     for lane in LANES:
-        write(f"{lane:<8} {run.recall[lane]:.2f}")
+        value = f"{run.recall[lane]:.2f}" if lanes_reported or lane == "hybrid" else "not reported (fused list only)"
+        write(f"{lane:<8} {value}")
     for line in significance_lines(recall_significance(run)):
         write(line)
     write()
@@ -48,6 +56,11 @@ def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
         failing = gate.failing_cases or gate.failing_stages
         note = f"  failing: {', '.join(failing)}" if failing and not gate.passed else ""
         write(f"{gate.status}  {gate.name:<{width}}  {gate.detail}{note}")
+        if not gate.passed:
+            for line in gate.findings[:_FINDINGS_SHOWN]:
+                write(f"      {line}")
+            if len(gate.findings) > _FINDINGS_SHOWN:
+                write(f"      ... and {len(gate.findings) - _FINDINGS_SHOWN} more (every one is in report.json and the JUnit XML)")
     if run.latency is not None:
         write()
         p50, p95 = run.latency.p50_ms, run.latency.p95_ms
@@ -63,7 +76,7 @@ def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
         names = ", ".join(g.name for g in untested)
         effect = "so the run fails (require_cases is set)" if run.config.require_cases else (
             "they do not fail the run; set require_cases in the gate config to make them")
-        write(f"NOT TESTED: {len(untested)} gate(s) had no cases to replay ({names}); {effect}")
+        write(f"NOT TESTED: {len(untested)} gate(s) had nothing to measure ({names}; each says why); {effect}")
     if run.passed:
         write("all tested gates pass" if untested else "all gates pass")
     else:
@@ -109,9 +122,10 @@ def run(args: argparse.Namespace) -> int:
     config = load_gate_config(args.config) if args.config else load_gate_config(lesson_config_path())
     config = apply_overrides(config, args)
     progress = make_progress(args.no_progress)
-    retriever = make_retriever(args, data.chunks, data.vectors, rrf_k=config.rrf_k, progress=progress)
-    result = release_gate(
-        retriever, data.cases, data.callers_by_id, config, on_date=config.on_date or data.eval_date, progress=progress
+    factory, label = engine_factory(args, rrf_k=config.rrf_k, progress=progress)
+    result = gate_retriever(
+        factory, data.chunks, data.callers_by_id, data.cases, data.vectors, config,
+        on_date=config.on_date or data.eval_date, progress=progress, label=label,
     )
     print_gate_table(result)
     write_report(result, out)

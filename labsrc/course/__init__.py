@@ -5,8 +5,12 @@ hints, and a graded level with its evidence.
 """
 
 from labsrc.course.answers import (
+    ANSWER_SHAPES,
     BLANK_ANSWERS,
+    AnswerShape,
     BlankAnswer,
+    WrongAnswer,
+    answer_problem,
     is_blank,
     require_answer,
 )
@@ -55,8 +59,14 @@ from labsrc.course.rubric import (
     read_report,
 )
 from labsrc.course.submission import (
+    MODEL_FOLDER,
+    SUBMISSION_ENV,
+    SUBMISSION_NAME,
     Submission,
     find_submission,
+    my_submission,
+    read_my_cases,
+    shell_path,
 )
 from labsrc.course.thresholds import (
     HYBRID_RULE_STRENGTH,
@@ -66,6 +76,8 @@ from labsrc.course.thresholds import (
 
 __all__ = [
     "ADVERSARIAL_KINDS",
+    "ANSWER_SHAPES",
+    "AnswerShape",
     "BLANK_ANSWERS",
     "BlankAnswer",
     "CheckFailed",
@@ -76,12 +88,17 @@ __all__ = [
     "HYBRID_RULE_STRENGTH",
     "LEVELS",
     "LevelVerdict",
+    "MODEL_FOLDER",
     "PERCENTILE_METHOD",
     "QUERY_STYLES",
     "QUESTION_WORDS",
     "SHOWN_PER_KIND",
+    "SUBMISSION_ENV",
+    "SUBMISSION_NAME",
     "Submission",
     "TRACE_VERSION_KEYS",
+    "WrongAnswer",
+    "answer_problem",
     "applied",
     "check_adversarial_cases",
     "check_candidates_artifact",
@@ -100,14 +117,17 @@ __all__ = [
     "grade_json",
     "hidden_ids_in",
     "is_blank",
+    "my_submission",
     "parse_level",
     "policy_codes",
     "production",
     "query_style",
     "rank_problem",
+    "read_my_cases",
     "read_report",
     "relaxed_settings",
     "require_answer",
     "rrf_of_ranks",
+    "shell_path",
     "strong",
 ]

@@ -22,7 +22,7 @@ from labsrc.course.checks import (
     query_style,
 )
 from labsrc.course.grades import Evidence
-from labsrc.course.submission import Submission
+from labsrc.course.submission import Submission, shell_path
 from labsrc.evaluation.budgets import STAGES
 from labsrc.evaluation.config import LANES, GateConfig
 from labsrc.evaluation.gates import CaseOutcome, GateRun
@@ -121,9 +121,11 @@ def _safety(run: GateRun) -> Evidence:
                     bool(safety) and not failing and not empty, detail)
 
 
-def strong(cases, chunks, callers, on_date, run: GateRun | None, report: dict[str, Any] | None, why: str) -> list[Evidence]:
+def strong(cases, chunks, callers, on_date, run: GateRun | None, report: dict[str, Any] | None, why: str,
+           dense: Any = None) -> list[Evidence]:
+    """``dense`` lets the adversarial check accept a meaning-only attack the dense lane would aim at its chunk."""
     positives = check_positive_cases(cases, chunks, callers, on_date, minimum=8)
-    adversarial = check_adversarial_cases(cases, chunks, callers, on_date, minimum=4)
+    adversarial = check_adversarial_cases(cases, chunks, callers, on_date, minimum=4, dense=dense)
     evidence = [
         Evidence("at least 8 permitted positives: exact codes, paraphrases, mixed", positives.passed,
                  "; ".join(positives.problems) or "; ".join(positives.passes[:1] + positives.passes[-1:])),
@@ -171,9 +173,9 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 def _encoder(sub: Submission, cases: Sequence[Case], chunks, source: DenseSource | None, source_error: str | None) -> Evidence:
     criterion = "a versioned real encoder covering every case query"
     if sub.vectors is None or source is None:
-        detail = source_error or "no vectors/ folder: embed your chunks and case queries with 'labsrc embed' and hand them in"
+        detail = source_error or f"no vectors/ folder: run `{sub.embed_command()}` (the 'embed' extra) and hand it in"
         return Evidence(criterion, False, detail)
-    check = check_dense_source(source, cases, cases_path=f"{sub.root}/cases.jsonl")
+    check = check_dense_source(source, cases, cases_path=shell_path(sub.cases), chunks=chunks)
     stored = source.queries if isinstance(source, StoredEmbeddings) else {}
     renamed = [c.name for c in cases if c.name in stored and stored[c.name] != c.query]
     problems = list(check.problems)
@@ -188,6 +190,7 @@ def _encoder(sub: Submission, cases: Sequence[Case], chunks, source: DenseSource
 def production(
     sub: Submission, cases: Sequence[Case], chunks, callers, source: DenseSource | None, source_error: str | None,
     config: GateConfig, relaxed: Sequence[str], run: GateRun | None, report: dict[str, Any] | None, why: str,
+    own_run: GateRun | None = None,
 ) -> list[Evidence]:
     evidence = [_encoder(sub, cases, chunks, source, source_error)]
     evidence.append(Evidence(
@@ -196,6 +199,14 @@ def production(
         ("it relaxes " + "; ".join(relaxed) + " (graded against the course's gate.json anyway)") if relaxed
         else ("no gate.json of its own: the course's" if sub.config == sub.course / "gate.json" else "nothing relaxed"),
     ))
+    if own_run is not None:
+        failing = [g for g in own_run.gates if not g.passed]
+        detail = ("; ".join(f"{g.name}: {g.detail}" + (f" (failing: {', '.join(g.failing_cases)})" if g.failing_cases else "")
+                            for g in failing)
+                  + f": your {sub.describe(sub.config)} would block this release; fix the cases or the retrieval, "
+                  "or loosen your own gate back towards the course's") if failing else \
+            f"all {len(own_run.gates)} gates of your {sub.describe(sub.config)} pass"
+        evidence.append(Evidence("the submission passes its own gate.json", not failing, detail))
     if run is None:
         for criterion in ("a versioned index and a pinned evaluation date", "latency measured: p50 and p95 per stage",
                           "restricted and superseded policies never enter any lane or the fused candidates",

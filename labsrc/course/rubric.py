@@ -40,7 +40,7 @@ from typing import Any
 from labsrc.course.checks import ADVERSARIAL_KINDS
 from labsrc.course.criteria import applied, foundational, production, strong
 from labsrc.course.grades import Grade, LevelVerdict
-from labsrc.course.submission import Submission, find_submission
+from labsrc.course.submission import Submission, find_submission, shell_path
 from labsrc.course.thresholds import describe_config, relaxed_settings
 from labsrc.errors import LabError
 from labsrc.evaluation.config import load_gate_config
@@ -58,9 +58,10 @@ __all__ = ["grade", "grade_json", "read_report"]
 
 def read_report(sub: Submission, cases: list[Case]) -> tuple[dict[str, Any] | None, str]:
     """The submission's report.json and where it came from, or None and why it counts for nothing."""
-    gate = f"labsrc gate --chunks {sub.describe(sub.chunks)} --callers ... --cases cases.jsonl --vectors ... --out report"
+    gate = sub.gate_command()
     if sub.report is None:
-        return None, f"no report/ folder: run `{gate}` and hand it in"
+        before = "" if sub.vectors is not None else f"`{sub.embed_command()}`, then "
+        return None, f"no report/ folder: run {before}`{gate}` and hand it in"
     path = sub.report / "report.json"
     if not path.is_file():
         return None, f"no {path.name} in report/"
@@ -123,8 +124,8 @@ def grade(path: str | Path, *, course: str | Path | None = None, measure: bool =
         inputs.append(f"vectors: {sub.describe(sub.vectors)} ({source.version})")
         graded_source = source
     lacking = missing_query_vectors(source, cases) or []
-    hint = no_vector_hint(len(lacking), chunks_path=str(sub.chunks), cases_path=str(sub.cases),
-                          out=str(sub.root / "vectors" / "all-MiniLM-L6-v2")) if lacking else ""
+    hint = no_vector_hint(len(lacking), chunks_path=shell_path(sub.chunks), cases_path=shell_path(sub.cases),
+                          out=shell_path(sub.vectors_out)) if lacking else ""
     if lacking:
         inputs.append(f"vectors: {hint}; their dense lane is empty until then")
     # Unknown query text maps to the zero vector here (and is reported above), so the gates still run.
@@ -134,16 +135,21 @@ def grade(path: str | Path, *, course: str | Path | None = None, measure: bool =
 
     run = None
     retriever = None
+    own_run = None
     if cases:
         retriever = PolicyRetriever(chunks, lane_source, rrf_k=config.rrf_k)
         run = release_gate(retriever, cases, callers, config, measure=measure)
+        if own is not None and own != config:
+            # The submission's own gate, as `labsrc gate --config` would run it: a release it would block is not ready.
+            own_retriever = PolicyRetriever(chunks, lane_source, rrf_k=own.rrf_k)
+            own_run = release_gate(own_retriever, cases, callers, own, measure=measure)
     outcomes = run.outcomes if run is not None else ()
     levels = (
         LevelVerdict("Foundational", tuple(foundational(outcomes, retriever, callers, on_date))),
         LevelVerdict("Applied", tuple(applied(outcomes, config.top_k, dict.fromkeys(lacking, hint)))),
-        LevelVerdict("Strong", tuple(strong(cases, chunks, callers, on_date, run, report, why))),
+        LevelVerdict("Strong", tuple(strong(cases, chunks, callers, on_date, run, report, why, source))),
         LevelVerdict("Production-ready", tuple(production(
-            sub, cases, chunks, callers, graded_source, source_error, config, relaxed, run, report, why
+            sub, cases, chunks, callers, graded_source, source_error, config, relaxed, run, report, why, own_run
         ))),
     )
     return Grade(str(path), tuple(inputs), levels, run)

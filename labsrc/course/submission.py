@@ -2,13 +2,46 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.errors import InvalidArgument
+from labsrc.records.cases import Case, load_cases
 
-__all__ = ["Submission", "find_submission"]
+__all__ = [
+    "MODEL_FOLDER",
+    "SUBMISSION_ENV",
+    "SUBMISSION_NAME",
+    "Submission",
+    "find_submission",
+    "my_submission",
+    "read_my_cases",
+    "shell_path",
+]
+
+#: The learner's submission folder, at the repository root, where the README's commands look.
+SUBMISSION_NAME = "my-submission"
+#: Set to a folder to move the submission elsewhere (the exercise tests point it at a temporary copy).
+SUBMISSION_ENV = "LABSRC_SUBMISSION"
+
+#: The vector folder ``labsrc embed`` writes for the course model, inside a submission's ``vectors/``.
+MODEL_FOLDER = "all-MiniLM-L6-v2"
+
+
+def shell_path(path: Path) -> str:
+    """``path`` as a learner types it in a shell: relative to the current directory when it is under it
+    (``my-submission/cases.jsonl``), absolute otherwise, and quoted when it holds spaces."""
+    absolute = Path(os.path.abspath(path))
+    here = Path(os.getcwd())
+    try:
+        shown = str(absolute.relative_to(here))
+    except ValueError:
+        shown = str(absolute)
+    return shlex.quote(shown)
 
 
 @dataclass(frozen=True)
@@ -24,6 +57,22 @@ class Submission:
     report: Path | None
     course: Path
 
+    @property
+    def vectors_out(self) -> Path:
+        """Where ``labsrc embed`` writes this submission's vectors (the folder it has, or the course's layout)."""
+        return self.vectors if self.vectors is not None else self.root / "vectors" / MODEL_FOLDER
+
+    def embed_command(self) -> str:
+        """The ``labsrc embed`` command for this submission, runnable as printed from the current directory."""
+        return (f"labsrc embed --chunks {shell_path(self.chunks)} --queries {shell_path(self.cases)} "
+                f"--out {shell_path(self.vectors_out)}")
+
+    def gate_command(self) -> str:
+        """The ``labsrc gate`` command that writes this submission's ``report/``, runnable as printed."""
+        return (f"labsrc gate --chunks {shell_path(self.chunks)} --callers {shell_path(self.callers)} "
+                f"--cases {shell_path(self.cases)} --vectors {shell_path(self.vectors_out)} "
+                f"--config {shell_path(self.course / 'gate.json')} --out {shell_path(self.root / 'report')}")
+
     def describe(self, path: Path | None) -> str:
         if path is None:
             return "none"
@@ -35,6 +84,33 @@ class Submission:
             return f"course default ({path.resolve().relative_to(fixtures_dir().resolve().parent)})"
         except ValueError:
             return f"course default ({path})"
+
+
+def my_submission() -> Path:
+    """The learner's submission folder, ``my-submission`` at the repository root, created if missing.
+
+    Every exercise defines ``SUBMISSION = my_submission()``, so all six read and
+    write one folder, the one ``labsrc embed``, ``labsrc gate`` and ``labsrc rubric``
+    are pointed at in the README; running a cell again is harmless (``exist_ok``).
+    ``$LABSRC_SUBMISSION`` moves it (the exercise tests use a temporary copy).
+    """
+    override = os.environ.get(SUBMISSION_ENV)
+    path = Path(override) if override else fixtures_dir().resolve().parent / SUBMISSION_NAME
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def read_my_cases(
+    submission: Path, *, chunk_ids: Collection[str] | None = None, caller_ids: Collection[str] | None = None
+) -> list[Case]:
+    """The learner's own ``cases.jsonl`` from ``submission`` (exercises 1 and 2 save it); a missing file says which to run."""
+    path = Path(submission) / "cases.jsonl"
+    if not path.is_file():
+        raise InvalidArgument(
+            f"no cases.jsonl in {path.parent.name}/ yet: run exercise 1 (positive cases) and exercise 2 "
+            "(adversarial cases) to the end; their last cells save your cases there"
+        )
+    return load_cases(path, chunk_ids=chunk_ids, caller_ids=caller_ids)
 
 
 def _vector_dir(root: Path) -> Path | None:

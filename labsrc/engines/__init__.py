@@ -1,12 +1,23 @@
 """Engines: the same boundary, lanes and gates inside a real database.
 
 :class:`PostgresRetriever` enforces the evidence boundary with PostgreSQL
-row-level security, computes BM25 in SQL over the rows the caller may see, and
-searches vectors with pgvector; :class:`RetrieverUnderTest` states what any
-engine must provide to be gated. Needs the ``postgres`` extra
+row-level security over a signed, per-request token the reader role cannot
+forge, computes BM25 in SQL over the rows the caller may see, and searches
+vectors with pgvector; it is safe to share between threads (a pooled
+connection per request). :class:`RetrieverUnderTest` states what any engine
+must provide to be gated. Needs the ``postgres`` extra
 (``pip install 'hybrid-retrieval-lab[postgres]'``), imported only when used.
 """
 
+from labsrc.engines.authorize import (
+    REQUEST_SETTING,
+    RequestSigner,
+    check_caller_text,
+)
+from labsrc.engines.errors import (
+    driver_errors,
+    server_name,
+)
 from labsrc.engines.lanes_sql import (
     Bm25Statistics,
     DENSE_MODES,
@@ -24,6 +35,10 @@ from labsrc.engines.loading import (
     document_vectors,
     load_corpus,
 )
+from labsrc.engines.pool import (
+    DEFAULT_TIMEOUTS,
+    Timeouts,
+)
 from labsrc.engines.postgres import (
     ENGINE_VERSION,
     PostgresRetriever,
@@ -33,19 +48,21 @@ from labsrc.engines.protocol import (
 )
 from labsrc.engines.schema import (
     BOUNDARY_POLICY,
-    REQUEST_SETTINGS,
-    apply_request,
+    REQUEST_FUNCTION,
     create_indexes,
     create_reader_role,
+    create_request_function,
     create_tables,
     drop_store,
     enable_row_security,
+    reset_role_settings,
 )
 from labsrc.engines.server import (
     EmbeddedServer,
     INSTALL_POSTGRES,
     postgres_available,
     require_psycopg,
+    require_psycopg_pool,
     server_versions,
 )
 from labsrc.engines.store import (
@@ -55,6 +72,7 @@ from labsrc.engines.store import (
 __all__ = [
     "BOUNDARY_POLICY",
     "Bm25Statistics",
+    "DEFAULT_TIMEOUTS",
     "DENSE_MODES",
     "ENGINE_VERSION",
     "EmbeddedServer",
@@ -63,23 +81,31 @@ __all__ = [
     "LoadStats",
     "PostgresRetriever",
     "PostgresStore",
-    "REQUEST_SETTINGS",
+    "REQUEST_FUNCTION",
+    "REQUEST_SETTING",
+    "RequestSigner",
     "RetrieverUnderTest",
+    "Timeouts",
     "analysed_postings",
-    "apply_request",
     "bm25_statistics",
+    "check_caller_text",
     "create_indexes",
     "create_reader_role",
+    "create_request_function",
     "create_tables",
     "dense_candidates",
     "document_vectors",
+    "driver_errors",
     "drop_store",
     "enable_row_security",
     "float32_cosine_margin",
     "load_corpus",
     "postgres_available",
     "require_psycopg",
+    "require_psycopg_pool",
+    "reset_role_settings",
     "rescore_dense",
+    "server_name",
     "server_versions",
     "sparse_lane",
     "vector_literal",

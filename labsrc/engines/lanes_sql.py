@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from labsrc.errors import InvalidArgument
+from labsrc.lanes.candidates import float32_cosine_margin
 from labsrc.lanes.dense import cosine_similarity
 from labsrc.lanes.sparse import idf_lucene
 from labsrc.ranking import top_k_positions
@@ -73,6 +74,7 @@ SELECT p.chunk_id,
            / (p.tf + %(k1)s::float8 * (%(omb)s::float8 + %(b)s::float8 * p.doc_len / %(avgdl)s::float8))
            ORDER BY q.ord) AS score
 FROM lab_postings AS p JOIN q ON q.term = p.term
+WHERE p.term = ANY (%(terms)s::text[])  -- an index condition whatever plan the join gets: only the query's postings are read
 GROUP BY p.chunk_id
 ORDER BY score DESC, p.chunk_id
 LIMIT %(top_k)s
@@ -141,17 +143,6 @@ def sparse_lane(
 def vector_literal(vector: np.ndarray) -> str:
     """pgvector's text form, ``[x1,x2,...]``, with every float written exactly (``repr``)."""
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
-
-
-def float32_cosine_margin(dimension: int) -> float:
-    """A bound on |cos₃₂ − cos₆₄| for d-dimensional vectors, doubled (the k-th and a candidate both err).
-
-    Rounding the inputs to float32 and summing d products in float32 moves a
-    cosine by at most about (d + 4)·u, u = 2⁻²⁴ (Higham, *Accuracy and Stability
-    of Numerical Algorithms*, 2002, §3.1: recursive summation errs by γ_d ≈ d·u
-    relative to Σ|xᵢyᵢ| ≤ ‖x‖‖y‖).
-    """
-    return 2.0 * (dimension + 4) * 2.0**-24 + 1e-12
 
 
 _EXACT_SQL = """

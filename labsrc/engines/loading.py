@@ -89,9 +89,21 @@ def document_vectors(chunks: Sequence[PolicyChunk], source: DenseSource) -> tupl
 
 
 def _check_text(chunk: PolicyChunk) -> None:
+    """Refuse what PostgreSQL text cannot store (NUL, invalid UTF-8) and a blank region or tag, naming the field."""
     for name in ("chunk_id", "document_id", "version", "region", "acl_tag", "text"):
-        if "\x00" in getattr(chunk, name):
+        value = getattr(chunk, name)
+        if "\x00" in value:
             raise InvalidArgument(f"chunk {chunk.chunk_id!r}: field {name!r} contains a NUL character, which PostgreSQL text cannot store")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgument(
+                f"chunk {chunk.chunk_id!r}: field {name!r} is not valid Unicode (a lone surrogate at position "
+                f"{exc.start}), which PostgreSQL's UTF-8 text cannot store"
+            ) from None
+    for name in ("region", "acl_tag"):
+        if not getattr(chunk, name).strip():
+            raise InvalidArgument(f"chunk {chunk.chunk_id!r}: field {name!r} must be a non-blank string, not {getattr(chunk, name)!r}")
 
 
 def _copy(conn: Any, table: str, columns: Sequence[str], types: Sequence[str], rows: Any, total: int, phase: str,

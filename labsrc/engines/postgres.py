@@ -6,10 +6,14 @@ so the gates, cases, reports and attacks take it unchanged::
     with PostgresRetriever(data.chunks, data.vectors) as engine:   # embedded server
         result = engine.search("damaged laptop refund", luna, day, top_k=3)
 
-One request is one read-only, repeatable-read transaction as the reader role:
+One request is one read-only, repeatable-read transaction as the reader role, on
+a connection of its own borrowed from a pool (so any number of threads may call
+:meth:`PostgresRetriever.search` at once; nothing transactional is shared):
 
-1. ``authorize``: ``SET LOCAL`` the caller's region, tags and the date; from
-   here on row-level security filters every row both lanes touch;
+1. ``authorize``: sign the caller's region, tags and the date for this session
+   and transaction, and write the token (``SET LOCAL``); from here on row-level
+   security filters every row both lanes touch, and nothing the reader role runs
+   can change whom it filters for (:mod:`labsrc.engines.authorize`);
 2. ``bm25``: statistics and scores in SQL over the visible rows
    (:func:`~labsrc.engines.lanes_sql.sparse_lane`);
 3. ``dense``: pgvector picks candidates, float64 rescoring orders them
@@ -19,12 +23,18 @@ One request is one read-only, repeatable-read transaction as the reader role:
 Scores, ids and ties equal the in-memory retriever's with ``dense_index="exact"``
 (the tests check ``==``). The trace also records the engine, the PostgreSQL and
 pgvector versions and the dense index settings.
+
+Every request has a connect, statement and lock timeout
+(:class:`~labsrc.engines.pool.Timeouts`), and every driver error comes out as a
+:class:`~labsrc.errors.LabError` or :class:`~labsrc.errors.InvalidArgument`
+whose one line names the server and the cause (:mod:`labsrc.engines.errors`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
@@ -36,9 +46,11 @@ from labsrc.engines.lanes_sql import (
     rescore_dense,
     sparse_lane,
 )
-from labsrc.engines.schema import apply_request
+from labsrc.engines.authorize import check_caller_text
+from labsrc.engines.pool import DEFAULT_TIMEOUTS, Timeouts
 from labsrc.engines.store import PostgresStore
-from labsrc.errors import InvalidArgument
+from labsrc.boundary import is_permitted
+from labsrc.errors import InvalidArgument, LabError
 from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k, reciprocal_rank_fusion
 from labsrc.lanes.analysis import Analyzer, lesson_analyzer
 from labsrc.lanes.dense import DenseSource, Encoder, as_dense_source
@@ -64,8 +76,21 @@ def _check_dense(dense_index: str, ef_search: int | None, iterative_scan: str | 
         raise InvalidArgument("ef_search and iterative_scan apply to dense_index='hnsw' only")
 
 
+def _check_request(caller: Caller, on_date: dt.date) -> None:
+    if not isinstance(caller, Caller):
+        raise InvalidArgument(f"caller must be a Caller, not {type(caller).__name__}")
+    if not isinstance(on_date, dt.date) or isinstance(on_date, dt.datetime):
+        raise InvalidArgument(f"on_date must be a datetime.date, not {type(on_date).__name__}")
+    check_caller_text(caller)
+
+
 class PostgresRetriever:
     """A permission-safe hybrid retriever whose boundary is PostgreSQL row-level security.
+
+    Thread-safe: :meth:`search` may be called from many threads at once. Each
+    call borrows its own connection from the store's pool and runs one
+    transaction on it; no connection, transaction or setting is shared between
+    two requests.
 
     Parameters
     ----------
@@ -91,6 +116,10 @@ class PostgresRetriever:
         keep walking until k rows survive the filter). ``None`` keeps the server's.
     progress:
         ``progress(phase, done, total)`` while loading (the CLI draws a tqdm bar).
+    timeouts:
+        Connect, statement and lock timeouts in seconds (default 10, 30 and 5):
+        a silent server or a blocked search ends in a :class:`~labsrc.errors.LabError`
+        naming the server and the timeout.
     """
 
     def __init__(
@@ -107,6 +136,7 @@ class PostgresRetriever:
         ef_search: int | None = None,
         iterative_scan: str | None = None,
         progress: Callable[[str, int, int], None] | None = None,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
         _store: PostgresStore | None = None,
     ) -> None:
         _check_dense(dense_index, ef_search, iterative_scan)
@@ -126,7 +156,9 @@ class PostgresRetriever:
         self._by_id = {c.chunk_id: c for c in self.chunks}
         self._owns_store = _store is None
         ordered = sorted(self.chunks, key=lambda c: c.chunk_id)
-        self.store = _store if _store is not None else PostgresStore(ordered, self.vectors, analyzer, dsn=dsn, progress=progress)
+        self.store = _store if _store is not None else PostgresStore(
+            ordered, self.vectors, analyzer, dsn=dsn, progress=progress, timeouts=timeouts
+        )
         if dense_index == "hnsw":
             self.store.ensure_hnsw()
 
@@ -165,13 +197,19 @@ class PostgresRetriever:
         ``SELECT chunk_id FROM lab_chunks`` through it returns exactly the
         caller's permitted ids. The authorization lasts until the transaction
         ends; use it as ``with engine.connect_as(caller, day) as conn: ...``.
+        It is a new session of its own, not one of the pool's: use it from one
+        thread. Whatever SQL you run through it (``SET``, ``set_config``,
+        ``RESET``, ``SET ROLE``, ``ALTER ROLE ... SET``) cannot widen what it
+        sees, change a statistic, or reach a later session.
         """
+        _check_request(caller, on_date)
         return self.store.connect_as(caller, on_date)
 
     def universe(self, caller: Caller, on_date: dt.date) -> tuple[PolicyChunk, ...]:
         """The caller's permitted chunks on ``on_date``, in chunk_id order, as the database sees them."""
-        with self.connect_as(caller, on_date) as conn:
-            ids = [row[0] for row in conn.execute("SELECT chunk_id FROM lab_chunks ORDER BY chunk_id")]
+        _check_request(caller, on_date)
+        with self.store.request(caller, on_date) as conn:
+            ids = [row[0] for row in conn.execute(f"SELECT chunk_id FROM {self.store.schema}.lab_chunks ORDER BY chunk_id")]
         return tuple(self._by_id[i] for i in ids)
 
     # --- the request ---------------------------------------------------------------------
@@ -206,35 +244,53 @@ class PostgresRetriever:
         *,
         query_kind: str = "adhoc",
     ) -> RetrievalResult:
-        """Run one request: authorize → bm25 → dense → fusion, each timed, in one transaction."""
+        """Run one request: authorize → bm25 → dense → fusion, each timed, in one transaction of its own.
+
+        Safe to call from many threads at once (a pooled connection per call).
+        """
         top_k = check_top_k(top_k)
         if not isinstance(query, str):
             raise InvalidArgument(f"query must be a str, not {type(query).__name__}")
+        _check_request(caller, on_date)
+        # A caller sees at most every chunk: a deeper top_k returns the same lists (and fits SQL's int8).
+        depth = max(1, min(top_k, len(self.chunks)))
         timer = StageTimer()
         sparse: list[tuple[PolicyChunk, float]] = []
         dense: list[tuple[PolicyChunk, float]] = []
-        conn = self.store.reader
-        with conn.transaction():
-            with timer.stage("authorize"):
-                apply_request(conn, caller, on_date)
+        with ExitStack() as request:
+            with timer.stage("authorize"):  # borrow a connection, begin, sign and write the token
+                conn = request.enter_context(self.store.request(caller, on_date))
             with timer.stage("bm25"):
                 if query.strip():
-                    ranked, _ = sparse_lane(conn, self.analyzer(query), top_k, k1=self.k1, b=self.b)
+                    ranked, _ = sparse_lane(conn, self.analyzer(query), depth, k1=self.k1, b=self.b)
                     sparse = [(self._by_id[i], s) for i, s in ranked]
             with timer.stage("dense"):
                 query_vector = np.asarray(self.vectors.query_vector(query), dtype=np.float64) if query.strip() else None
                 # A zero query vector scores 0 against everything: no SQL needed, nothing returned (as in memory).
                 if query_vector is not None and np.any(query_vector):
                     candidates = dense_candidates(
-                        conn, query_vector, top_k, mode=self.dense_index,
+                        conn, query_vector, depth, mode=self.dense_index,
                         ef_search=self.ef_search, iterative_scan=self.iterative_scan,
                     )  # fmt: skip
-                    dense = [(self._by_id[i], s) for i, s in rescore_dense(candidates, query_vector, top_k)]
+                    dense = [(self._by_id[i], s) for i, s in rescore_dense(candidates, query_vector, depth)]
+        self._check_permitted(sparse, dense, caller, on_date)
         with timer.stage("fusion"):
             fused = reciprocal_rank_fusion([sparse, dense], self.rrf_k, top_k=top_k)
         return RetrievalResult.from_lanes(
             sparse, dense, fused, versions=self.versions(on_date), query_kind=query_kind, timings_ms=timer.timings_ms
         )
+
+    @staticmethod
+    def _check_permitted(
+        sparse: list[tuple[PolicyChunk, float]], dense: list[tuple[PolicyChunk, float]], caller: Caller, on_date: dt.date
+    ) -> None:
+        """Defence in depth: the lanes' ids are mapped to chunks in Python, so check each against the boundary."""
+        for chunk, _ in (*sparse, *dense):
+            if not is_permitted(caller, chunk, on_date):
+                raise LabError(
+                    f"the database returned chunk {chunk.chunk_id!r}, which {caller.actor_id!r} may not see on "
+                    f"{on_date.isoformat()}; refusing the result (is row-level security switched off?)"
+                )
 
     def __repr__(self) -> str:
         return (

@@ -4,60 +4,108 @@ Two tables hold the corpus. ``lab_chunks`` has one row per chunk (its boundary
 columns, its analysed length, its text and its vector); ``lab_postings`` has one
 row per (term, chunk) with the term frequency and, copied from the chunk, the
 length and the boundary columns. Both carry the *same* policy,
-:data:`BOUNDARY_POLICY`, which compares the row with three per-request
-settings the retriever writes with ``set_config(name, value, true)`` (that is,
-``SET LOCAL``: they vanish when the request's transaction ends):
+:data:`BOUNDARY_POLICY`, which compares the row with the claims of the current
+request:
 
 =================  =====================================  ================
-setting            value                                  boundary rule
+claim              value                                  boundary rule
 =================  =====================================  ================
-``lab.region``     the caller's region                    same region
-``lab.acl_tags``   the caller's tags, a ``text[]`` literal  tag held
-``lab.on_date``    the request date, ISO                  effective window
+``region``         the caller's region                    same region
+``acl_tags``       the caller's tags                      tag held
+``on_date``        the request date                       effective window
 =================  =====================================  ================
 
-This is :func:`labsrc.boundary.is_permitted`, written in SQL. An unset or
-empty setting matches nothing, so a session that forgot to authorize sees an
-empty corpus (fail closed). Each setting is read once per statement, in a
-scalar subquery (an *InitPlan*), not once per row.
+This is :func:`labsrc.boundary.is_permitted`, written in SQL. The claims come
+from ``lab_request()``, a ``SECURITY DEFINER`` function owned by the store's
+owner: it verifies the request token the retriever signed for this session and
+this transaction (:mod:`labsrc.engines.authorize`) with a key kept in
+``lab_signing_key``, a table the reader role cannot read. A missing, forged,
+copied or expired token yields no claims, and no claims match no row, so a
+session that is not authorized sees an empty corpus (fail closed). Each claim is
+read once per statement, in a scalar subquery (an *InitPlan*), not once per row.
 
-The retriever queries as a dedicated role that may log in and ``SELECT`` from
-the two tables and nothing else: not the owner, not a superuser, no
-``BYPASSRLS``. Policies are ``FORCE``d, so even the owner's own queries are
-filtered (the owner has no policy, so it sees no rows; loading happens before
-the policies are switched on). Whatever SQL a lane runs as that role, a hidden
-row never reaches it: not in a result, not in a ``count(*)``, not in a ``df``.
+The retriever queries as a dedicated role that may log in, ``SELECT`` from the
+two tables and call ``lab_request()``, and nothing else: not the owner, not a
+superuser, no ``BYPASSRLS``, no role memberships. Policies are ``FORCE``d, so
+even the owner's own queries are filtered (the owner has no policy, so it sees
+no rows; loading happens before the policies are switched on). Whatever SQL a
+lane runs as that role, a hidden row never reaches it: not in a result, not in a
+``count(*)``, not in a ``df``. The planner statistics of the content columns
+(terms, ids, text) are switched off (``SET STATISTICS 0``), so ``pg_stats``
+cannot show the role hidden terms or ids as "most common values" either. Region
+and tag keep theirs: without them the planner cannot size a caller's share and
+picks slow plans (an exact scan instead of the HNSW index), so their values and
+shares stay visible, like the row counts (see the README's threat model).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
+from labsrc.engines.authorize import REQUEST_SETTING, RequestSigner
 from labsrc.errors import InvalidArgument
-from labsrc.records.policy import Caller
 
 __all__ = [
     "BOUNDARY_POLICY",
-    "REQUEST_SETTINGS",
-    "apply_request",
+    "REQUEST_FUNCTION",
     "create_indexes",
+    "create_request_function",
     "create_reader_role",
     "create_tables",
     "drop_store",
     "enable_row_security",
+    "reset_role_settings",
 ]
 
-#: The per-request settings the policies read, in the order :func:`apply_request` sets them.
-REQUEST_SETTINGS = ("lab.region", "lab.acl_tags", "lab.on_date")
-
-#: The evidence boundary as a row-security predicate (region, ACL tag, effective window).
+#: The evidence boundary as a row-security predicate (region, ACL tag, effective window), over the verified claims.
 BOUNDARY_POLICY = """
-    region = (SELECT nullif(current_setting('lab.region', true), ''))
-    AND acl_tag = ANY (CAST((SELECT nullif(current_setting('lab.acl_tags', true), '')) AS text[]))
-    AND effective_from <= (SELECT nullif(current_setting('lab.on_date', true), '')::date)
-    AND (effective_to IS NULL OR (SELECT nullif(current_setting('lab.on_date', true), '')::date) <= effective_to)
+    region = (SELECT (lab_request()).region)
+    AND acl_tag = ANY (CAST((SELECT (lab_request()).acl_tags) AS text[]))
+    AND effective_from <= (SELECT (lab_request()).on_date)
+    AND (effective_to IS NULL OR (SELECT (lab_request()).on_date) <= effective_to)
 """
+
+#: ``lab_request()``: the claims of a token signed for this session and transaction, or NULL (no rows).
+#: It runs as its owner (``SECURITY DEFINER``) with a fixed search_path, so the reader's settings cannot
+#: redirect it; HMAC-SHA256 (RFC 2104) from the built-in ``sha256``, with the padded keys stored by the owner.
+REQUEST_FUNCTION = """
+CREATE FUNCTION {schema}.lab_request() RETURNS {schema}.lab_claims
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    token  text := current_setting({setting}, true);
+    payload text;
+    claims jsonb;
+    pads   record;
+BEGIN
+    IF token IS NULL OR length(token) < 66 OR substr(token, length(token) - 64, 1) <> '.' THEN
+        RETURN NULL;
+    END IF;
+    payload := left(token, -65);
+    SELECT inner_pad, outer_pad INTO pads FROM {schema}.lab_signing_key;
+    IF encode(sha256(pads.outer_pad || sha256(pads.inner_pad || convert_to(payload, 'UTF8'))), 'hex')
+       IS DISTINCT FROM right(token, 64) THEN
+        RETURN NULL;
+    END IF;
+    claims := payload::jsonb;
+    IF (claims->>'pid')::int4 IS DISTINCT FROM pg_backend_pid()
+       OR claims->>'xact' IS DISTINCT FROM extract(epoch FROM transaction_timestamp())::text THEN
+        RETURN NULL;
+    END IF;
+    RETURN ROW(claims->>'region',
+               ARRAY(SELECT jsonb_array_elements_text(claims->'acl_tags')),
+               (claims->>'on_date')::date)::{schema}.lab_claims;
+END
+$fn$
+"""
+
+# The content columns whose planner statistics (pg_stats: most common values, histograms) would show hidden
+# terms, ids or text. Region and tag keep theirs: the planner needs them to size a caller's share.
+_NO_STATISTICS = {
+    "lab_chunks": ("chunk_id", "document_id", "version", "text"),
+    "lab_postings": ("term", "chunk_id"),
+}
 
 _CHUNKS = """
 CREATE TABLE {schema}.lab_chunks (
@@ -92,8 +140,11 @@ CREATE TABLE {schema}.lab_postings (
 _INDEXES = (
     "ALTER TABLE {schema}.lab_chunks ADD PRIMARY KEY (chunk_id)",
     # Covering: a term's postings, with everything the policy and the score read, from the index alone.
-    "ALTER TABLE {schema}.lab_postings ADD PRIMARY KEY (term, chunk_id)"
-    " INCLUDE (tf, doc_len, region, acl_tag, effective_from, effective_to)",
+    # Region and tag lead the key, so the policy's equality conditions bound the scan: a request reads the
+    # postings of its own region and tags only, and a term that only hidden chunks hold costs no more
+    # than an absent one (the README's threat model measures it). Only the date window is a filter.
+    "ALTER TABLE {schema}.lab_postings ADD PRIMARY KEY (region, acl_tag, term, chunk_id)"
+    " INCLUDE (tf, doc_len, effective_from, effective_to)",
     # Covering the boundary columns and the length: N and avgdl for a caller are an index-only scan.
     "CREATE INDEX lab_chunks_boundary ON {schema}.lab_chunks (region, acl_tag, effective_from)"
     " INCLUDE (effective_to, doc_len, chunk_id)",
@@ -120,17 +171,42 @@ def create_tables(conn: Any, schema: str, dimension: int) -> None:
 
 
 def create_indexes(conn: Any, schema: str) -> None:
-    """Primary keys and the covering indexes, built once the rows are in; then fresh planner statistics."""
+    """Primary keys and the covering indexes, built once the rows are in; then fresh planner statistics.
+
+    The content columns get no statistics (``SET STATISTICS 0``): the reader role can read ``pg_stats`` for
+    any column it may ``SELECT``, and their most common values would name hidden terms and ids.
+    """
     sql = _sql()
     for statement in _INDEXES:
         conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
+    for table, columns in _NO_STATISTICS.items():
+        for column in columns:
+            conn.execute(
+                sql.SQL("ALTER TABLE {}.{} ALTER COLUMN {} SET STATISTICS 0").format(
+                    sql.Identifier(schema), sql.Identifier(table), sql.Identifier(column)
+                )
+            )
     for table in ("lab_chunks", "lab_postings"):
         # A visibility map too, so the covering indexes answer without touching the table.
         conn.execute(sql.SQL("VACUUM (ANALYZE) {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))
 
 
+def create_request_function(conn: Any, schema: str, signer: RequestSigner) -> None:
+    """The claims type, the owner-only signing key table and ``lab_request()`` (callable by nobody yet)."""
+    sql = _sql()
+    ident = sql.Identifier(schema)
+    conn.execute(sql.SQL("CREATE TYPE {}.lab_claims AS (region text, acl_tags text[], on_date date)").format(ident))
+    conn.execute(sql.SQL("CREATE TABLE {}.lab_signing_key (inner_pad bytea NOT NULL, outer_pad bytea NOT NULL)").format(ident))
+    conn.execute(sql.SQL("REVOKE ALL ON {}.lab_signing_key FROM PUBLIC").format(ident))
+    conn.execute(
+        sql.SQL("INSERT INTO {}.lab_signing_key VALUES (%s, %s)").format(ident), (signer.inner_pad, signer.outer_pad)
+    )
+    conn.execute(sql.SQL(REQUEST_FUNCTION).format(schema=ident, setting=sql.Literal(REQUEST_SETTING)))
+    conn.execute(sql.SQL("REVOKE ALL ON FUNCTION {}.lab_request() FROM PUBLIC").format(ident))
+
+
 def create_reader_role(conn: Any, schema: str, role: str, password: str) -> None:
-    """The retriever's role: may log in and read the two tables; nothing else, and never past RLS."""
+    """The retriever's role: may log in, read the two tables and call ``lab_request()``; never past RLS."""
     sql = _sql()
     conn.execute(
         sql.SQL(
@@ -145,6 +221,9 @@ def create_reader_role(conn: Any, schema: str, role: str, password: str) -> None
                 sql.Identifier(schema), sql.Identifier(table), sql.Identifier(role)
             )
         )
+    conn.execute(
+        sql.SQL("GRANT EXECUTE ON FUNCTION {}.lab_request() TO {}").format(sql.Identifier(schema), sql.Identifier(role))
+    )
 
 
 def enable_row_security(conn: Any, schema: str, role: str) -> None:
@@ -167,21 +246,29 @@ def drop_store(conn: Any, schema: str, role: str) -> None:
     conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
     exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
     if exists:
+        reset_role_settings(conn, role)
         conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
         conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
-def apply_request(conn: Any, caller: Caller, on_date: dt.date) -> None:
-    """Write the caller and date into the open transaction's settings (``SET LOCAL``).
+def reset_role_settings(conn: Any, role: str) -> int:
+    """Remove every ``ALTER ROLE role [IN DATABASE db] SET`` default; returns how many there were.
 
-    Must run inside the request's transaction; the settings end with it.
+    PostgreSQL lets any role set its own session defaults, and no privilege can take that away. The store
+    calls this (as the owner) when a new reader session finds defaults, so they never reach a later session.
     """
-    if not isinstance(caller, Caller):
-        raise InvalidArgument(f"caller must be a Caller, not {type(caller).__name__}")
-    if not isinstance(on_date, dt.date) or isinstance(on_date, dt.datetime):
-        raise InvalidArgument(f"on_date must be a datetime.date, not {type(on_date).__name__}")
-    conn.execute(
-        "SELECT set_config('lab.region', %s, true), set_config('lab.acl_tags', %s::text[]::text, true), "
-        "set_config('lab.on_date', %s, true)",
-        (caller.region, sorted(caller.acl_tags), on_date.isoformat()),
-    )
+    sql = _sql()
+    rows = conn.execute(
+        "SELECT s.setdatabase, d.datname FROM pg_catalog.pg_db_role_setting s "
+        "JOIN pg_catalog.pg_roles r ON r.oid = s.setrole LEFT JOIN pg_catalog.pg_database d ON d.oid = s.setdatabase "
+        "WHERE r.rolname = %s",
+        (role,),
+    ).fetchall()
+    for database_oid, database in rows:
+        if database_oid == 0:
+            conn.execute(sql.SQL("ALTER ROLE {} RESET ALL").format(sql.Identifier(role)))
+        elif database is not None:
+            conn.execute(
+                sql.SQL("ALTER ROLE {} IN DATABASE {} RESET ALL").format(sql.Identifier(role), sql.Identifier(database))
+            )
+    return len(rows)

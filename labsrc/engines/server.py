@@ -6,14 +6,23 @@ temporary directory, and :meth:`EmbeddedServer.stop` removes it again. With a
 DSN it uses an existing server: a laptop install, managed Postgres, a read
 replica, a Citus coordinator. Either way the driver is ``psycopg`` 3.
 
-Both packages are the ``postgres`` extra and are imported only when an engine
+An embedded server's data directory holds every chunk's text, hidden ones
+included. It is readable by its owner only (mode 0700) while it exists, and a
+reaper process (:mod:`labsrc.engines.reaper`) deletes it however the Python
+process ends: ``stop()``, interpreter exit, ``SIGINT`` during start-up,
+``SIGTERM``, even ``SIGKILL``.
+
+The packages are the ``postgres`` extra and are imported only when an engine
 is used, so ``import labsrc`` never needs them.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -27,6 +36,7 @@ __all__ = [
     "EmbeddedServer",
     "postgres_available",
     "require_psycopg",
+    "require_psycopg_pool",
     "server_versions",
 ]
 
@@ -49,10 +59,16 @@ def require_psycopg() -> ModuleType:
     return _import("psycopg", "the PostgreSQL engine")
 
 
+def require_psycopg_pool() -> ModuleType:
+    """The ``psycopg_pool`` module (a connection per request), or :class:`MissingDependency`."""
+    return _import("psycopg_pool", "the PostgreSQL engine's connection pool")
+
+
 def postgres_available() -> str | None:
-    """``None`` when the engine can run here (psycopg and pgserver import), else the reason it cannot."""
+    """``None`` when the engine can run here (psycopg, its pool and pgserver import), else the reason it cannot."""
     try:
         require_psycopg()
+        require_psycopg_pool()
         _import("pgserver", "the embedded PostgreSQL server")
     except MissingDependency as exc:
         return str(exc)
@@ -64,24 +80,46 @@ class EmbeddedServer:
 
     Starting takes about a second. The server listens on a Unix socket only
     (no TCP port), trusts local connections, and is stopped and deleted by
-    :meth:`stop` (also when the interpreter exits, by pgserver's own hook).
+    :meth:`stop`, or by its reaper process if this process ends any other way.
+    The data directory is mode 0700 (PostgreSQL's ``initdb`` requires it).
     """
 
     def __init__(self, directory: str | Path | None = None) -> None:
         pgserver = _import("pgserver", "the embedded PostgreSQL server")
-        self._tmp = Path(tempfile.mkdtemp(prefix="labsrc-pg-", dir=directory))
+        self._server = None
+        self._tmp = Path(tempfile.mkdtemp(prefix="labsrc-pg-", dir=directory))  # mode 0700
+        self._reaper: subprocess.Popen | None = None
         try:
+            self._reaper = _start_reaper(self._tmp)
             self._server = pgserver.get_server(self._tmp / "pgdata", cleanup_mode="delete")
+            self.dsn: str = self._server.get_uri()
         except Exception as exc:  # pgserver raises CalledProcessError, TimeoutExpired, AssertionError...
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            self.stop()
             raise LabError(f"could not start the embedded PostgreSQL server in {self._tmp}: {exc}") from exc
-        self.dsn: str = self._server.get_uri()
+        except BaseException:  # KeyboardInterrupt during initdb or pg_ctl: leave nothing behind
+            self.stop()
+            raise
+
+    @property
+    def data_directory(self) -> Path:
+        """The server's data directory (``pgdata``), which :meth:`stop` deletes."""
+        return self._tmp / "pgdata"
 
     def stop(self) -> None:
-        """Stop the server and delete its data directory (safe to call twice)."""
-        server, self._server = getattr(self, "_server", None), None
+        """Stop the server and delete its data directory (safe to call twice, and after the server died)."""
+        server, self._server = self._server, None
         if server is not None:
-            server.cleanup()
+            try:
+                server.cleanup()
+            except Exception:  # a killed server: psutil.NoSuchProcess, pg_ctl failing... the reaper finishes the job
+                pass
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None:
+            reaper.stdin.close()  # the reaper's signal: stop what is left, delete the directory, exit
+            try:
+                reaper.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                reaper.kill()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self) -> EmbeddedServer:
@@ -91,7 +129,25 @@ class EmbeddedServer:
         self.stop()
 
     def __repr__(self) -> str:
-        return f"EmbeddedServer(dsn={self.dsn!r}, running={self._server is not None})"
+        return f"EmbeddedServer(dsn={getattr(self, 'dsn', None)!r}, running={self._server is not None})"
+
+
+def _start_reaper(directory: Path) -> subprocess.Popen:
+    """Start :mod:`labsrc.engines.reaper` for ``directory``; it acts when its stdin (our pipe) closes."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "labsrc.engines.reaper", str(directory)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a terminal's Ctrl-C (sent to our process group) does not reach it
+        close_fds=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))},
+    )
+
+
+def _package_root() -> str:
+    """The directory holding the ``labsrc`` package, so the reaper imports this very copy."""
+    return str(Path(__file__).resolve().parents[2])
 
 
 def server_versions(conn: Any) -> dict[str, str]:

@@ -1,38 +1,53 @@
-"""One loaded corpus in PostgreSQL: its server, schema, reader role and connections.
+"""One loaded corpus in PostgreSQL: its server, schema, reader role, signing key and connection pool.
 
 A :class:`PostgresStore` owns everything the engine created and removes it on
 :meth:`close`: its own schema (``lab_<random>``, so several stores share a
-server without colliding), its reader role, and, when it started one, the
-embedded server. Retrievers with different dense settings can share one store
+server without colliding), its reader role, its pool of reader connections
+and, when it started one, the embedded server. Retrievers with different dense
+settings can share one store
 (:meth:`PostgresRetriever.with_dense <labsrc.engines.postgres.PostgresRetriever.with_dense>`).
+
+Thread safety: :meth:`request` hands each caller its own pooled connection
+and transaction, so any number of threads may run requests at once. The owner
+connection (``admin``) is used under a lock.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import secrets
-from collections.abc import Callable, Sequence
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+from labsrc.engines.authorize import RequestSigner
+from labsrc.engines.errors import driver_errors, first_line, server_name
 from labsrc.engines.loading import LoadStats, document_vectors, load_corpus
+from labsrc.engines.pool import DEFAULT_TIMEOUTS, Timeouts, reader_options, role_has_defaults
 from labsrc.engines.schema import (
-    apply_request,
     create_indexes,
     create_reader_role,
+    create_request_function,
     create_tables,
     drop_store,
     enable_row_security,
+    reset_role_settings,
 )
-from labsrc.engines.server import EmbeddedServer, require_psycopg, server_versions
+from labsrc.engines.server import EmbeddedServer, require_psycopg, require_psycopg_pool, server_versions
 from labsrc.errors import InvalidArgument, LabError
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import Caller, PolicyChunk
 
 __all__ = ["PostgresStore"]
 
+#: Most reader connections a store's pool keeps open (threads beyond it wait for one, up to the connect timeout).
+POOL_MAX_SIZE = 16
+
 
 class PostgresStore:
-    """Create the schema and role, bulk-load the corpus, switch on RLS; hand out reader connections.
+    """Create the schema, key and role, bulk-load the corpus, switch on RLS; lend out authorized connections.
 
     Parameters
     ----------
@@ -46,6 +61,8 @@ class PostgresStore:
         A libpq connection string or URL of an existing server, or ``None`` to
         start an :class:`~labsrc.engines.server.EmbeddedServer`. The DSN's user
         must be able to create a schema and a role (and pgvector, if absent).
+    timeouts:
+        Connect, statement and lock timeouts (:class:`~labsrc.engines.pool.Timeouts`).
     """
 
     def __init__(
@@ -56,25 +73,44 @@ class PostgresStore:
         *,
         dsn: str | None = None,
         progress: Callable[[str, int, int], None] | None = None,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
     ) -> None:
+        if not isinstance(timeouts, Timeouts):
+            raise InvalidArgument(f"timeouts must be a labsrc.engines.Timeouts, not {type(timeouts).__name__}")
+        if dsn is not None and not isinstance(dsn, str):
+            raise InvalidArgument(f"dsn must be a str or None, not {type(dsn).__name__}")
         self._psycopg = require_psycopg()
+        self._pool_module = require_psycopg_pool()
+        self.timeouts = timeouts
+        self.closed = False
+        self.pool: Any = None
+        self.admin: Any = None
         self.server = EmbeddedServer() if dsn is None else None
         self.dsn: str = self.server.dsn if self.server is not None else dsn  # type: ignore[assignment]
+        self.server_name = server_name(self.dsn)
         suffix = secrets.token_hex(4)
         self.schema = f"lab_{suffix}"
         self.role = f"lab_{suffix}_reader"
         self._password = secrets.token_urlsafe(24)
-        self._reader: Any = None
+        self._signer = RequestSigner()
+        self._admin_lock = threading.Lock()
         self.hnsw: dict[str, int] | None = None
-        self.closed = False
         try:
-            self.admin = self._psycopg.connect(self.dsn, autocommit=True)
-        except self._psycopg.OperationalError as exc:
+            self.admin = self._psycopg.connect(self.dsn, autocommit=True, connect_timeout=timeouts.connect_s)
+        except (self._psycopg.Error, UnicodeError) as exc:
             self._stop_server()
-            raise InvalidArgument(f"cannot connect to PostgreSQL at {self.dsn!r}: {exc}") from exc
+            raise InvalidArgument(
+                f"cannot connect to PostgreSQL at {self.server_name} (connect timeout {timeouts.connect:g} s): "
+                f"{first_line(exc)}"
+            ) from exc
+        except BaseException:
+            self._stop_server()
+            raise
         try:
-            self.load_stats = self._build(chunks, source, analyzer, progress)
-            self.versions = server_versions(self.admin)
+            with driver_errors(self.server_name, timeouts):
+                self.load_stats = self._build(chunks, source, analyzer, progress)
+                self.versions = server_versions(self.admin)
+                self.pool = self._open_pool()
         except BaseException:
             self.close()
             raise
@@ -93,63 +129,135 @@ class PostgresStore:
         ).fetchone()[0]
         self.search_path = f'"{self.schema}", "{self.vector_schema}"'
         self.admin.execute(f"SET search_path = {self.search_path}")
+        stats = load_corpus(self.admin, chunks, vectors, analyzer, progress=progress)
         try:
-            stats = load_corpus(self.admin, chunks, vectors, analyzer, progress=progress)
-        except self._psycopg.DataError as exc:
-            raise InvalidArgument(f"PostgreSQL refused a chunk while loading: {exc}") from exc
-        create_indexes(self.admin, self.schema)
+            create_indexes(self.admin, self.schema)
+        except self._psycopg.errors.ProgramLimitExceeded as exc:
+            raise InvalidArgument(
+                f"PostgreSQL cannot index this corpus: {first_line(exc)}; a chunk_id, region, acl_tag or analysed "
+                f"term (with the others in its row) must stay under about 2,700 bytes{_longest_key(chunks, analyzer)}"
+            ) from exc
+        create_request_function(self.admin, self.schema, self._signer)
         create_reader_role(self.admin, self.schema, self.role, self._password)
         enable_row_security(self.admin, self.schema, self.role)
         return stats
 
     # --- connections ------------------------------------------------------------------
 
-    def _connect_reader(self, *, autocommit: bool) -> Any:
-        if self.closed:
-            raise LabError("this PostgreSQL store is closed")
-        conn = self._psycopg.connect(
-            self.dsn, user=self.role, password=self._password, autocommit=autocommit,
-            options=f"-c search_path={self.schema},{self.vector_schema}",
-        )
+    def _reader_kwargs(self, *, autocommit: bool) -> dict[str, Any]:
+        return {
+            "user": self.role,
+            "password": self._password,
+            "autocommit": autocommit,
+            "connect_timeout": self.timeouts.connect_s,
+            # pg_temp last: a temporary table the session made can never stand in for lab_chunks or lab_postings.
+            "options": reader_options(f"{self.schema},{self.vector_schema},pg_temp", self.timeouts),
+        }
+
+    def _configure(self, conn: Any) -> None:
+        """A new reader session: refuse it (and wipe the defaults) if the role has set itself defaults."""
+        if role_has_defaults(conn):
+            with self._admin_lock:
+                reset_role_settings(self.admin, self.role)
+            raise LabError(f"reader role {self.role} had set itself session defaults; removed, reconnecting")
         conn.isolation_level = self._psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
-        return conn
 
-    @property
-    def reader(self) -> Any:
-        """The retriever's own connection as the reader role (autocommit; one transaction per request)."""
-        if self._reader is None or self._reader.closed:
-            self._reader = self._connect_reader(autocommit=True)
-        return self._reader
+    def _reset(self, conn: Any) -> None:
+        """A connection back from a request: nothing it set or created reaches the next request.
+
+        ``RESET ALL`` restores every setting to the session's start-up value, ``DISCARD TEMP`` drops
+        temporary tables. Not ``DISCARD ALL``: it would also drop the prepared statements and cached
+        plans that make the next request on this connection cheaper.
+        """
+        conn.execute("RESET ALL; DISCARD TEMP")
+
+    def _open_pool(self) -> Any:
+        pool = self._pool_module.ConnectionPool(
+            self.dsn,
+            kwargs=self._reader_kwargs(autocommit=True),
+            min_size=1,
+            max_size=POOL_MAX_SIZE,
+            configure=self._configure,
+            reset=self._reset,
+            timeout=self.timeouts.connect,
+            reconnect_timeout=max(self.timeouts.connect, 30.0),
+            name=self.schema,
+            open=False,
+        )
+        pool.open(wait=True, timeout=self.timeouts.connect)
+        return pool
+
+    def _connect_reader(self) -> Any:
+        """A new reader session outside the pool (for :meth:`connect_as`), checked like a pooled one."""
+        if self.closed:
+            raise LabError("this PostgreSQL store is closed")
+        for _ in range(2):
+            conn = self._psycopg.connect(self.dsn, **self._reader_kwargs(autocommit=True))
+            try:
+                self._configure(conn)
+            except LabError:
+                conn.close()
+                continue
+            except BaseException:
+                conn.close()
+                raise
+            conn.autocommit = False
+            return conn
+        raise LabError(f"reader role {self.role} keeps setting itself session defaults")
+
+    @contextmanager
+    def request(self, caller: Caller, on_date: dt.date) -> Iterator[Any]:
+        """A pooled reader connection inside a fresh transaction authorized for ``caller`` on ``on_date``.
+
+        One per request, never shared: ``with store.request(caller, day) as conn: ...``. The
+        transaction is read-only and ends with ``COMMIT``, which writes nothing (a ``ROLLBACK`` would
+        make psycopg forget the connection's prepared statements); the connection is reset before it
+        returns to the pool (:meth:`_reset`). Every driver error inside the block comes out as a
+        :class:`~labsrc.errors.LabError` naming the server.
+        """
+        if self.closed or self.pool is None:
+            raise LabError("this PostgreSQL store is closed")
+        with driver_errors(self.server_name, self.timeouts):
+            with self.pool.connection(timeout=self.timeouts.connect) as conn:
+                with conn.transaction():
+                    self._signer.authorize(conn, caller, on_date)
+                    yield conn
 
     def connect_as(self, caller: Caller, on_date: dt.date) -> Any:
-        """A new reader-role connection inside a transaction authorized for ``caller`` on ``on_date``.
+        """A new reader-role connection (not pooled) inside a transaction authorized for ``caller`` on ``on_date``.
 
-        Exactly how a request is set up: repeatable-read, read-only, the three
-        settings written with ``SET LOCAL``. They last until the transaction ends
-        (``commit``/``rollback``, or leaving ``with conn:``); after that the
-        session sees no rows at all.
+        Exactly how a request is set up: repeatable-read, read-only, a request token signed for this
+        session and this transaction. The authorization lasts until the transaction ends
+        (``commit``/``rollback``, or leaving ``with conn:``); after that the session sees no rows at
+        all, and no ``SET``, ``set_config`` or ``RESET`` it runs can make it see more. The connection
+        is the caller's alone: do not share it between threads.
         """
-        conn = self._connect_reader(autocommit=False)
-        try:
-            apply_request(conn, caller, on_date)
-        except BaseException:
-            conn.close()
-            raise
+        with driver_errors(self.server_name, self.timeouts):
+            conn = self._connect_reader()
+            try:
+                self._signer.authorize(conn, caller, on_date)
+            except BaseException:
+                conn.close()
+                raise
         return conn
 
     # --- the HNSW index -----------------------------------------------------------------
 
     def ensure_hnsw(self, m: int = 16, ef_construction: int = 64) -> dict[str, int]:
         """Build the HNSW index on the vectors (cosine), once; returns its parameters."""
-        if self.hnsw is None:
-            self.admin.execute(
-                f"CREATE INDEX lab_chunks_embedding_hnsw ON lab_chunks USING hnsw (embedding vector_cosine_ops) "
-                f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)})"
-            )
-            self.admin.execute("ANALYZE lab_chunks")
-            self.hnsw = {"m": int(m), "ef_construction": int(ef_construction)}
-        return self.hnsw
+        if self.hnsw is not None:  # every hnsw request asks: no lock once it is built
+            return self.hnsw
+        with self._admin_lock:
+            if self.hnsw is None:
+                with driver_errors(self.server_name, self.timeouts):
+                    self.admin.execute(
+                        f"CREATE INDEX lab_chunks_embedding_hnsw ON lab_chunks USING hnsw (embedding vector_cosine_ops) "
+                        f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)})"
+                    )
+                    self.admin.execute("ANALYZE lab_chunks")
+                self.hnsw = {"m": int(m), "ef_construction": int(ef_construction)}
+            return self.hnsw
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -158,21 +266,45 @@ class PostgresStore:
             self.server.stop()
 
     def close(self) -> None:
-        """Close connections, drop the schema and role, stop the embedded server (idempotent)."""
+        """Close connections, drop the schema and role, stop the embedded server (idempotent, never raises
+        for a server that is already gone: an embedded one is deleted whole either way)."""
         if self.closed:
             return
         self.closed = True
-        if self._reader is not None:
-            self._reader.close()
-        admin = getattr(self, "admin", None)
-        if admin is not None:
-            try:
-                if self.server is None:  # an embedded server is deleted whole; a shared one is cleaned
-                    # Other sessions of the role (connect_as ones left open) would block DROP ROLE.
-                    admin.execute(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (self.role,)
+        try:
+            if self.pool is not None:
+                self.pool.close(timeout=1.0)
+            if self.admin is not None and self.server is None:  # an embedded server is deleted whole
+                try:
+                    with self._admin_lock, driver_errors(self.server_name, self.timeouts):
+                        # Other sessions of the role (connect_as ones left open) would block DROP ROLE.
+                        self.admin.execute(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (self.role,)
+                        )
+                        drop_store(self.admin, self.schema, self.role)
+                except LabError as exc:
+                    if not isinstance(exc.__cause__, self._psycopg.OperationalError):
+                        raise
+                    # A server that is gone cannot be cleaned, and closing must not fail because of it.
+                    warnings.warn(
+                        f"schema {self.schema} and role {self.role} were not dropped: {exc}", RuntimeWarning, stacklevel=2
                     )
-                    drop_store(admin, self.schema, self.role)
+        finally:
+            try:
+                if self.admin is not None:
+                    self.admin.close()
             finally:
-                admin.close()
-        self._stop_server()
+                self._stop_server()
+
+
+def _longest_key(chunks: Sequence[PolicyChunk], analyzer: Callable[[str], list[str]]) -> str:
+    """``; the longest is chunk 'x' field 'y' (n bytes)``, to point at the value PostgreSQL refused."""
+    best: tuple[int, str, str] = (0, "", "")
+    for chunk in chunks:
+        for name in ("chunk_id", "region", "acl_tag"):
+            size = len(getattr(chunk, name).encode("utf-8"))
+            best = max(best, (size, chunk.chunk_id, name))
+        for term in set(analyzer(chunk.text)):
+            best = max(best, (len(term.encode("utf-8")), chunk.chunk_id, "text (an analysed term)"))
+    size, chunk_id, name = best
+    return f"; the longest is chunk {chunk_id[:60]!r} field {name} ({size:,} bytes)" if size else ""

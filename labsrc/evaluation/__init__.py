@@ -27,6 +27,8 @@ from labsrc.evaluation.benchmark import (
     write_trec_run,
 )
 from labsrc.evaluation.budgets import (
+    BUDGET_STAGES,
+    REQUEST_STAGE,
     RETRIEVAL_BUDGET_MS,
     STAGES,
     exceeded_retrieval_budgets,
@@ -49,9 +51,42 @@ from labsrc.evaluation.gates import (
     GATE_TABLE,
     GateRun,
     evaluate_gates,
+    gate_retriever,
     lane_recall,
     release_gate,
     run_cases,
+)
+from labsrc.evaluation.outcomes import (
+    as_caller_map,
+    replay_cases,
+    stored_chunks,
+)
+from labsrc.evaluation.bait import (
+    BAIT_REASONS,
+    BaitVectors,
+    bait_chunks,
+    bait_text,
+)
+from labsrc.evaluation.noninterference import (
+    NONINTERFERENCE_MODES,
+    Comparison,
+    LaneDiff,
+    Violation,
+    boundary_violations,
+    compare_observations,
+    reason_label,
+)
+from labsrc.evaluation.subject import (
+    Factory,
+    Observation,
+    Subject,
+    SubjectError,
+    build_subject,
+    close_subject,
+    describe_exception,
+    factory_name,
+    observe,
+    subject_versions,
 )
 from labsrc.evaluation.html_report import (
     dense_model_label,
@@ -124,6 +159,33 @@ from labsrc.evaluation.verdicts import (
 
 __all__ = [
     "ALPHA_GRID",
+    "BAIT_REASONS",
+    "BUDGET_STAGES",
+    "REQUEST_STAGE",
+    "as_caller_map",
+    "replay_cases",
+    "stored_chunks",
+    "BaitVectors",
+    "Comparison",
+    "Factory",
+    "LaneDiff",
+    "NONINTERFERENCE_MODES",
+    "Observation",
+    "Subject",
+    "SubjectError",
+    "Violation",
+    "bait_chunks",
+    "bait_text",
+    "boundary_violations",
+    "build_subject",
+    "close_subject",
+    "factory_name",
+    "subject_versions",
+    "compare_observations",
+    "describe_exception",
+    "gate_retriever",
+    "observe",
+    "reason_label",
     "AlphaSweep",
     "BEIR_LANES",
     "BeirLanes",

@@ -6,10 +6,17 @@ import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
-__all__ = ["RETRIEVAL_BUDGET_MS", "STAGES", "exceeded_retrieval_budgets"]
+__all__ = ["BUDGET_STAGES", "REQUEST_STAGE", "RETRIEVAL_BUDGET_MS", "STAGES", "exceeded_retrieval_budgets"]
 
 #: The retrieval stages, in the order a request runs them.
 STAGES = ("authorize", "bm25", "dense", "fusion")
+
+#: The gate's own wall clock around a whole ``search`` call, measured only for retrievers that
+#: report no stages of their own (a plug-in returning ``(chunk_id, score)`` pairs). No default budget.
+REQUEST_STAGE = "request"
+
+#: Every stage a gate config may budget.
+BUDGET_STAGES = (*STAGES, REQUEST_STAGE)
 
 #: Budget per stage in milliseconds. Read-only: copy it to change a budget.
 RETRIEVAL_BUDGET_MS: Mapping[str, float] = MappingProxyType({"authorize": 10, "bm25": 12, "dense": 40, "fusion": 8})

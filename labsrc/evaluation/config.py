@@ -13,7 +13,8 @@ A gate config is a JSON or TOML file whose keys are the fields of
       "warmup": 3,
       "repetitions": 20,
       "on_date": "2026-05-27",
-      "require_cases": false
+      "require_cases": false,
+      "noninterference": "exact"
     }
 
 Budget tables are merged over the defaults, so ``{"p95_budget_ms": {"dense": 80}}``
@@ -34,7 +35,8 @@ from types import MappingProxyType
 from typing import Any
 
 from labsrc.errors import InvalidArgument, InvalidRecord, MissingDependency
-from labsrc.evaluation.budgets import RETRIEVAL_BUDGET_MS, STAGES
+from labsrc.evaluation.budgets import BUDGET_STAGES, RETRIEVAL_BUDGET_MS
+from labsrc.evaluation.noninterference import NONINTERFERENCE_MODES
 from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k
 from labsrc.ranking import check_top_k
 from labsrc.records.loading import parse_date, read_text
@@ -56,9 +58,9 @@ def _budget_table(value: Mapping[str, float | None], name: str) -> Mapping[str, 
     """Merge ``value`` over the lesson budgets; ``None`` removes a stage."""
     if not isinstance(value, Mapping):
         raise InvalidArgument(f"{name} must be a mapping of stage to milliseconds, not {type(value).__name__}")
-    unknown = sorted(set(value) - set(STAGES))
+    unknown = sorted(set(value) - set(BUDGET_STAGES))
     if unknown:
-        raise InvalidArgument(f"{name} names unknown stage(s) {unknown}; valid stages are {list(STAGES)}")
+        raise InvalidArgument(f"{name} names unknown stage(s) {unknown}; valid stages are {list(BUDGET_STAGES)}")
     merged: dict[str, float] = dict(RETRIEVAL_BUDGET_MS)
     for stage, budget in value.items():
         if budget is None:
@@ -68,7 +70,7 @@ def _budget_table(value: Mapping[str, float | None], name: str) -> Mapping[str, 
             raise InvalidArgument(f"{name}[{stage!r}] must be a positive number of milliseconds, not {budget!r}")
         merged[stage] = float(budget)
     # Keep the request order of the stages, whatever order the file used.
-    return MappingProxyType({stage: merged[stage] for stage in STAGES if stage in merged})
+    return MappingProxyType({stage: merged[stage] for stage in BUDGET_STAGES if stage in merged})
 
 
 def _count(value: object, name: str, minimum: int) -> int:
@@ -107,6 +109,12 @@ class GateConfig:
         Whether a gate with no cases to replay (reported ``NOT TESTED``, neither
         PASS nor FAIL) fails the run. ``False`` by default: the run passes and the
         report says what was not tested; set it in CI once the case file is complete.
+    noninterference:
+        How a gate run with a factory (:func:`~labsrc.evaluation.gates.gate_retriever`,
+        ``labsrc gate``) compares each case with a build over the caller's permitted
+        chunks only and with a build holding bait: ``"exact"`` (ids, order and
+        scores ``==``, the default), ``"ids"`` (for engines whose scores are not
+        reproducible) or ``"off"`` (see :data:`NONINTERFERENCE_MODES`).
     """
 
     top_k: int = 2
@@ -119,6 +127,7 @@ class GateConfig:
     repetitions: int = 20
     on_date: dt.date | None = None
     require_cases: bool = False
+    noninterference: str = "exact"
 
     def __post_init__(self) -> None:
         check_top_k(self.top_k)
@@ -144,6 +153,10 @@ class GateConfig:
             raise InvalidArgument(f"on_date must be a datetime.date or None, not {self.on_date!r}")
         if not isinstance(self.require_cases, bool):
             raise InvalidArgument(f"require_cases must be true or false, not {self.require_cases!r}")
+        if self.noninterference not in NONINTERFERENCE_MODES:
+            raise InvalidArgument(
+                f"noninterference must be one of {list(NONINTERFERENCE_MODES)}, not {self.noninterference!r}"
+            )
 
     def eval_date(self) -> dt.date:
         """``on_date`` if pinned, else today's date."""
@@ -163,6 +176,7 @@ class GateConfig:
             "repetitions": self.repetitions,
             "on_date": None if self.on_date is None else self.on_date.isoformat(),
             "require_cases": self.require_cases,
+            "noninterference": self.noninterference,
         }
 
 

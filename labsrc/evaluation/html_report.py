@@ -107,7 +107,9 @@ def _verdict(run: GateRun) -> str:
     config = run.config
     return (
         f'<p class="verdict {status}">{_e(text)}</p>'
-        f"<p>Evaluated on {_e(run.on_date.isoformat())}: top_k {config.top_k}, rrf_k {_e(config.to_dict()['rrf_k'])}, "
+        f"<p>Evaluated on {_e(run.on_date.isoformat())}"
+        + (f" for retriever <code>{_e(run.subject)}</code>" if run.subject else "")
+        + f": top_k {config.top_k}, rrf_k {_e(config.to_dict()['rrf_k'])}, "
         f"hybrid rule {_e(config.hybrid_rule)}, {plural(len(run.outcomes), 'case')}.</p>"
     )
 
@@ -118,7 +120,12 @@ def _gates(run: GateRun) -> str:
         failing = ", ".join(g.failing_cases or g.failing_stages) if not g.passed else ""
         rows.append([_status_cell(g.status), _e(g.name), _e(g.detail), _e(failing or "—"),
                      _e(GATE_TABLE.get(g.family, ("", ""))[1])])
-    return _table(["status", "gate", "detail", "failing", "what a failure means"], rows)
+    table = _table(["status", "gate", "detail", "failing", "what a failure means"], rows)
+    findings = [(g, line) for g in run.gates if not g.passed for line in g.findings]
+    if findings:
+        items = "".join(f"<li><b>{_e(g.name)}</b>: {_e(line)}</li>" for g, line in findings)
+        table += f"<h3>Findings</h3><ul>{items}</ul>"
+    return table
 
 
 def _recall(run: GateRun, frame: pd.DataFrame, images: Mapping[str, bytes], significance: Sequence[str]) -> str:

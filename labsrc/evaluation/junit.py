@@ -4,7 +4,8 @@ The de-facto JUnit schema (as read by Jenkins' JUnit plugin, GitLab's unit test
 reports and the common GitHub Actions reporters): one ``<testsuite>`` holding
 
 * one ``<testcase classname="labsrc.gate">`` per gate, with ``<failure>`` when it
-  fails the run and ``<skipped>`` when it is NOT TESTED (no cases to replay);
+  fails the run (its text: the detail, then one line per finding: case, chunk,
+  rank and reason) and ``<skipped>`` when it is NOT TESTED;
 * one ``<testcase classname="labsrc.gate.<gate name>">`` per failing case of a
   failed gate, whose ``<failure>`` body is the case's compact trace (ids, ranks,
   versions; never chunk text).
@@ -19,7 +20,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from labsrc.evaluation.gates import GateRun
-from labsrc.evaluation.report import compact_trace
+from labsrc.evaluation.traces import compact_trace
 
 __all__ = ["GATE_CLASSNAME", "junit_xml", "write_junit"]
 
@@ -32,7 +33,8 @@ def junit_xml(run: GateRun) -> str:
     cases_by_name = {o.case.name: o for o in run.outcomes}
     suite = ET.Element("testsuite", name="labsrc release gate")
     properties = ET.SubElement(suite, "properties")
-    for name, value in (("on_date", run.on_date.isoformat()), *sorted(run.versions.items())):
+    for name, value in (("on_date", run.on_date.isoformat()), *(("subject", run.subject),) * bool(run.subject),
+                        *sorted(run.versions.items())):
         ET.SubElement(properties, "property", name=str(name), value=str(value))
     tests = failures = skipped = 0
     for gate in run.gates:
@@ -55,7 +57,7 @@ def junit_xml(run: GateRun) -> str:
         label = "cases" if gate.failing_cases else "stages"
         message = gate.detail + (f"; failing {label}: {', '.join(failing)}" if failing else "")
         failure = ET.SubElement(element, "failure", message=message, type="GateFailed")
-        failure.text = message
+        failure.text = "\n".join((message, *gate.findings))
         for name in gate.failing_cases:
             outcome = cases_by_name.get(name)
             child = ET.SubElement(suite, "testcase", classname=f"{GATE_CLASSNAME}.{gate.name}", name=name, time="0")

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from labsrc.errors import InvalidArgument
-from labsrc.evaluation.budgets import STAGES, exceeded_retrieval_budgets
+from labsrc.evaluation.budgets import BUDGET_STAGES, exceeded_retrieval_budgets
+from labsrc.evaluation.subject import Subject, observe
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller
 from labsrc.retriever.policy import PolicyRetriever
@@ -69,8 +70,8 @@ class LatencyReport:
     @property
     def stages(self) -> tuple[str, ...]:
         """Measured stages in request order (unknown extra stages last, by name)."""
-        known = [s for s in STAGES if s in self.samples]
-        return tuple(known + sorted(set(self.samples) - set(STAGES)))
+        known = [s for s in BUDGET_STAGES if s in self.samples]
+        return tuple(known + sorted(set(self.samples) - set(BUDGET_STAGES)))
 
     @property
     def p50_ms(self) -> dict[str, float]:
@@ -136,7 +137,7 @@ class LatencyReport:
 
 
 def measure_latency(
-    retriever: PolicyRetriever,
+    retriever: PolicyRetriever | Subject,
     cases: Sequence[Case],
     callers: Mapping[str, Caller],
     on_date: dt.date,
@@ -149,7 +150,9 @@ def measure_latency(
     """Replay ``cases`` ``warmup`` times untimed, then ``repetitions`` times timed.
 
     Every timed request contributes one sample per stage, taken from the
-    request's own trace (``result.trace.timings_ms``). A case's ``on_date``
+    request's own trace (``result.trace.timings_ms``); a retriever that returns
+    bare ``(chunk_id, score)`` pairs contributes the gate's wall clock around the
+    call as the ``request`` stage (:func:`~labsrc.evaluation.subject.observe`). A case's ``on_date``
     wins over ``on_date``, exactly as in :func:`labsrc.evaluation.gates.run_cases`.
     """
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
@@ -170,9 +173,9 @@ def measure_latency(
     for round_ in range(warmup + repetitions):
         timed = round_ >= warmup
         for query, caller, date, kind in requests:
-            result = retriever.search(query, caller, date, top_k, query_kind=kind)
-            if timed:
-                for stage, ms in result.trace.timings_ms.items():
+            observation = observe(retriever, query, caller, date, top_k, query_kind=kind)
+            if timed and observation.error is None:  # a search that raised failed its case already
+                for stage, ms in observation.timings_ms.items():
                     samples.setdefault(stage, []).append(float(ms))
             done += 1
             if progress is not None:

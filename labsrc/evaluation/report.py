@@ -31,6 +31,7 @@ from labsrc.evaluation.config import LANES
 from labsrc.evaluation.gates import GATE_TABLE, CaseOutcome, GateRun
 from labsrc.evaluation.html_report import dense_model_label, report_html
 from labsrc.evaluation.significance import SignificanceReport, lane_significance
+from labsrc.evaluation.traces import compact_trace
 from labsrc.evaluation.verdicts import plural
 from labsrc.records.cases import cases_digest
 
@@ -195,39 +196,6 @@ def candidates_frame(run: GateRun) -> pd.DataFrame:
 # --- records ---------------------------------------------------------------------------
 
 
-def compact_trace(o: CaseOutcome, run: GateRun) -> dict[str, Any]:
-    """A failed case's trace: ids with lane ranks, leaks, versions, timings. Never text."""
-    ranks: dict[str, dict[str, int | None]] = {}
-    lists = dict(o.probe_ids or {}) if o.case.forbidden else {}
-    for lane in LANES:
-        for chunk_id in (*o.ids[lane], *lists.get(lane, ())):
-            ranks.setdefault(chunk_id, {})
-    for chunk_id in ranks:
-        for lane in LANES:
-            ranks[chunk_id][f"{lane}_rank"] = o.lane_rank(chunk_id, lane)
-            if lists:
-                probe = lists[lane]
-                ranks[chunk_id][f"{lane}_probe_rank"] = probe.index(chunk_id) + 1 if chunk_id in probe else None
-    failed_gates = sorted(g.name for g in run.gates if o.case.name in g.failing_cases)
-    return {
-        "case": o.case.name,
-        "kind": o.case.kind,
-        "caller": o.case.caller,
-        "on_date": (o.case.on_date or run.on_date).isoformat(),
-        "failed_gates": failed_gates,
-        "expected": list(o.case.expected),
-        "forbidden": list(o.case.forbidden),
-        "leaked": list(o.leaked()) if o.case.kind != "absent" else list(o.overreach()),
-        "top_k": run.config.top_k,
-        "sparse_ids": list(o.trace.sparse_ids),
-        "dense_ids": list(o.trace.dense_ids),
-        "fused_ids": list(o.trace.fused_ids),
-        "candidates": [{"chunk_id": cid, **r} for cid, r in sorted(ranks.items())],
-        "versions": dict(o.trace.versions),
-        "timings_ms": dict(o.trace.timings_ms),
-    }
-
-
 def report_dict(run: GateRun) -> dict[str, Any]:
     """The report.json document (see :data:`REPORT_SCHEMA_VERSION`)."""
     from labsrc.version import __version__
@@ -251,6 +219,11 @@ def report_dict(run: GateRun) -> dict[str, Any]:
             entry["recall"] = {lane: o.recall(lane, k) for lane in LANES}
         else:
             entry["leaked"] = list(o.leaked()) if o.case.kind != "absent" else list(o.overreach())
+        entry["lanes_reported"] = o.lanes_reported
+        entry["error"] = o.error
+        entry["hidden_returned"] = [v.to_dict() for v in o.violations]
+        entry["rebuild"] = None if o.rebuild is None else o.rebuild.to_dict()
+        entry["bait"] = None if o.bait is None else o.bait.to_dict()
         cases.append(entry)
     latency = None
     if run.latency is not None:
@@ -262,6 +235,8 @@ def report_dict(run: GateRun) -> dict[str, Any]:
             "generator": f"labsrc {__version__}",
             "passed": run.passed,
             "on_date": run.on_date.isoformat(),
+            "subject": run.subject,
+            "noninterference": run.noninterference,
             "config": run.config.to_dict(),
             "versions": {**dict(run.versions), "dense_model": dict(run.dense_model)},
             "recall": {"k": k, "lanes": dict(run.recall)},
@@ -297,7 +272,7 @@ def _gate_count(run: GateRun) -> str:
     untested = len(run.gates) - len(tested)
     noun = "tested gate" if untested else "gate"
     text = f"{sum(g.passed for g in tested)} of {plural(len(tested), noun)} pass"
-    return text + (f", {plural(untested, 'gate')} NOT TESTED (no cases)" if untested else "")
+    return text + (f", {plural(untested, 'gate')} NOT TESTED" if untested else "")
 
 
 def report_markdown(run: GateRun) -> str:
@@ -307,7 +282,8 @@ def report_markdown(run: GateRun) -> str:
         "# Release gate report",
         "",
         f"**{'PASS' if run.passed else 'FAIL'}**: {_gate_count(run)} "
-        f"on {run.on_date.isoformat()} (top_k {k}, rrf_k {run.config.to_dict()['rrf_k']}, "
+        + (f"for retriever `{run.subject}` " if run.subject else "")
+        + f"on {run.on_date.isoformat()} (top_k {k}, rrf_k {run.config.to_dict()['rrf_k']}, "
         f"hybrid rule {run.config.hybrid_rule!r}).",
         "",
         "## Versions",
@@ -321,6 +297,10 @@ def report_markdown(run: GateRun) -> str:
     lines += ["", *significance_lines(recall_significance(run))]
     lines += ["", "![recall](recall.png)", "", "## Gates", ""]
     lines.append(_md_table(gates_frame(run)[["gate", "status", "detail", "failing", "what a failure means"]]))
+    findings = [(g.name, line) for g in run.gates if not g.passed for line in g.findings]
+    if findings:
+        lines += ["", "### Findings", ""]
+        lines += [f"- **{name}**: {line}" for name, line in findings]
     failed = run.failed_outcomes
     lines += ["", "## Failed cases", ""]
     if failed:

@@ -33,13 +33,15 @@ _ADD_CASES: Mapping[str, str] = MappingProxyType(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class GateResult:
     """One gate's verdict. ``family`` is a key of :data:`GATE_TABLE`.
 
     A gate with no cases to replay is ``tested=False``: its :attr:`status` is
     ``NOT TESTED`` and ``detail`` says why. ``passed`` is whether the gate lets
     the run pass; an untested gate does unless the config sets ``require_cases``.
+    ``findings`` are one line per problem found (the case, the chunk, its rank
+    and the reason), printed under a failed gate and carried into every report.
     """
 
     name: str
@@ -49,13 +51,19 @@ class GateResult:
     family: str = ""
     failing_stages: tuple[str, ...] = ()
     tested: bool = True
+    findings: tuple[str, ...] = ()
 
     @property
     def status(self) -> str:
-        """``PASS``, ``FAIL`` or ``NOT TESTED``."""
+        """``PASS``, ``FAIL`` or ``NOT TESTED``: read this, not ``passed``, to know what the gate measured."""
         if not self.tested:
             return NOT_TESTED
         return "PASS" if self.passed else "FAIL"
+
+    def __repr__(self) -> str:
+        # The status first: ``passed=True`` alone would read as PASS for a gate that measured nothing.
+        effect = "" if self.tested else f", fails the run: {not self.passed}"
+        return f"GateResult({self.status} {self.name!r}: {self.detail!r}{effect})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +74,7 @@ class GateResult:
             "detail": self.detail,
             "failing_cases": list(self.failing_cases),
             "failing_stages": list(self.failing_stages),
+            "findings": list(self.findings),
         }
 
 
@@ -74,8 +83,7 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def not_tested(name: str, family: str, what: str, config: GateConfig) -> GateResult:
-    """A gate with nothing to replay: NOT TESTED, with the reason and what to add."""
-    return GateResult(
-        name, not config.require_cases, f"no {what} to replay; {_ADD_CASES[family]}", family=family, tested=False
-    )
+def not_tested(name: str, family: str, what: str, config: GateConfig, *, reason: str | None = None) -> GateResult:
+    """A gate with nothing to replay: NOT TESTED, with the reason and what to add (or ``reason`` as given)."""
+    detail = reason if reason is not None else f"no {what} to replay; {_ADD_CASES[family]}"
+    return GateResult(name, not config.require_cases, detail, family=family, tested=False)

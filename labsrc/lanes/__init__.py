@@ -111,6 +111,9 @@ from labsrc.lanes.vectordir import (
     write_vector_dir,
 )
 
+from labsrc.lanes.candidates import Float32Pass, float32_cosine_margin
+from labsrc.lanes.sources import load_dense_source, visible_chunks
+
 __all__ = [
     "Analyzer",
     "BM25Index",
@@ -125,6 +128,7 @@ __all__ = [
     "Encoder",
     "EncoderVectors",
     "FixtureVectors",
+    "Float32Pass",
     "HashingEncoder",
     "INDEX_FORMAT",
     "INSTALL_HINT",
@@ -163,10 +167,12 @@ __all__ = [
     "encode_checked",
     "english_analyzer",
     "explain",
+    "float32_cosine_margin",
     "idf_lucene",
     "length_norm",
     "lesson_analyzer",
     "load_bm25_index",
+    "load_dense_source",
     "load_embeddings",
     "load_vector_dir",
     "load_vectors",
@@ -192,5 +198,6 @@ __all__ = [
     "tokens",
     "universe_stats",
     "vectors_match_texts",
+    "visible_chunks",
     "write_vector_dir",
 ]

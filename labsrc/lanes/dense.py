@@ -20,9 +20,10 @@ import numpy as np
 from labsrc.cache import LRUCache
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.analysis import lesson_analyzer
+from labsrc.lanes.candidates import Float32Pass
 from labsrc.ranking import check_query, check_top_k, top_k_positions
-from labsrc.records.loading import Field, load_json
 from labsrc.records.checks import check_chunks
+from labsrc.records.loading import Field, load_json
 from labsrc.records.policy import PolicyChunk, chunk_lookup
 
 __all__ = [
@@ -269,8 +270,15 @@ class HashingEncoder:
         return out
 
 
-def as_dense_source(vectors: DenseSource | Encoder) -> DenseSource:
-    """Accept either a dense source or a bare encoder (wrapped in :class:`EncoderVectors`)."""
+#: What ``vectors=None`` means: the deterministic hashing encoder, as ``labsrc gate`` uses without ``--vectors``.
+_DEFAULT_SOURCE = EncoderVectors(HashingEncoder())
+
+
+def as_dense_source(vectors: DenseSource | Encoder | None) -> DenseSource:
+    """A dense source, a bare encoder (wrapped in :class:`EncoderVectors`), or ``None``: a run without
+    vectors, whose dense lane uses one shared :class:`HashingEncoder` (word overlap, not meaning)."""
+    if vectors is None:
+        return _DEFAULT_SOURCE
     if isinstance(vectors, DenseSource):
         return vectors
     if isinstance(vectors, Encoder):
@@ -280,17 +288,12 @@ def as_dense_source(vectors: DenseSource | Encoder) -> DenseSource:
     )
 
 
-#: A mask keeping at most 1/_GATHER_BELOW of the rows is scored on those rows alone. Measured on
-#: 100,000 × 64 with the matrix in cache: gathering 29% of the rows costs 0.9× one full pass, 50%
-#: costs 1.5×; a full pass that misses the cache costs about twice as much again.
-_GATHER_BELOW = 3
-
-
 class DenseIndex:
     """Document vectors, rows sorted by chunk_id: one universe's, or every stored chunk's with a mask per request.
 
-    A query costs one matrix-vector product (over the permitted rows alone when
-    they are a third of the matrix or fewer) plus a linear-time top-k selection.
+    A query costs a float32 pass over the slices of the boundary groups the mask
+    touches (:class:`~labsrc.lanes.candidates.Float32Pass`), then the exact
+    float64 cosine of the few candidates within its rounding bound of the k-th.
     """
 
     def __init__(self, chunks: Sequence[PolicyChunk], source: DenseSource) -> None:
@@ -302,6 +305,8 @@ class DenseIndex:
         self.matrix = matrix
         self.matrix.setflags(write=False)
         self.norms = np.linalg.norm(matrix, axis=1) if matrix.size else np.zeros(len(self.chunks))
+        keys = [(c.region, c.acl_tag) for c in self.chunks]  # a caller's rows: a few contiguous slices
+        self.fast = Float32Pass(matrix if matrix.ndim == 2 else matrix.reshape(len(self.chunks), -1), self.norms, keys)
 
     def scores(self, query_vector: np.ndarray) -> np.ndarray:
         """Cosine of every row with ``query_vector`` (document norms precomputed)."""
@@ -325,17 +330,14 @@ class DenseIndex:
                 raise InvalidArgument(
                     f"mask must be a boolean array of shape ({n_rows},), got {mask.dtype} {mask.shape}"
                 )
-            rows = mask.nonzero()[0]
-            if rows.size * _GATHER_BELOW <= n_rows:
-                # A small universe: score its rows only. The scan is memory-bound, so reading a
-                # third of the rows costs about a third; rows stay ascending, so ties still
-                # break by chunk_id, and each row's cosine is the one the whole matrix gives.
-                scores = _cosine(self.matrix[rows], self.norms[rows], self.source.query_vector(query))
-                return [(self.chunks[rows[p]], float(scores[p])) for p in top_k_positions(scores, top_k)]
-        scores = self.scores(self.source.query_vector(query))
-        if mask is not None:
-            scores = np.where(mask, scores, 0.0)  # top_k_positions keeps only scores > 0
-        return [(self.chunks[p], float(scores[p])) for p in top_k_positions(scores, top_k)]
+        vector = self.source.query_vector(query)
+        if vector.shape[0] != self.matrix.shape[1]:
+            raise InvalidArgument(f"dimension mismatch: documents have {self.matrix.shape[1]}, query has {vector.shape[0]}")
+        # Candidates from the float32 pass, ascending (so ties still break by chunk_id); each is scored
+        # from its own float64 row, so its cosine is the one the whole matrix gives.
+        rows = self.fast.candidates(vector, top_k, mask)
+        scores = _cosine(self.matrix[rows], self.norms[rows], vector)
+        return [(self.chunks[rows[p]], float(scores[p])) for p in top_k_positions(scores, top_k)]
 
 
 _DENSE_CACHE: LRUCache[DenseIndex] = LRUCache(maxsize=16)

@@ -32,7 +32,9 @@ __all__ = ["POLICY_FIELDS", "DropinRecord", "record_from_dict", "request_date"]
 POLICY_FIELDS = ("region", "acl_tag", "effective_from")
 
 #: Stand-ins for a plain record's policy fields; the boundary is never applied to them.
-_PLAIN_REGION, _PLAIN_TAG, _PLAIN_FROM = "", "", dt.date.min
+# A plain record never meets the boundary (the retriever refuses a caller for it), but a PolicyChunk
+# refuses a blank region or tag, so it carries these placeholders instead.
+_PLAIN_REGION, _PLAIN_TAG, _PLAIN_FROM = "(no region)", "(no acl_tag)", dt.date.min
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labsrc.records.loading import Field, iter_jsonl
+from labsrc.errors import InvalidArgument
+from labsrc.records.loading import Field, iter_jsonl, parse_date
 
 __all__ = ["CASE_KINDS", "NEGATIVE_KINDS", "Case", "case_format_problems", "cases_digest", "iter_cases", "load_cases"]
 
@@ -49,8 +50,30 @@ class Case:
     notes: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "expected", tuple(self.expected))
-        object.__setattr__(self, "forbidden", tuple(self.forbidden))
+        if not isinstance(self.name, str) or not self.name.strip():
+            problem = "must not be empty or blank" if isinstance(self.name, str) else f"must be a string, got {type(self.name).__name__}"
+            raise InvalidArgument(f"Case: field 'name' {problem} (got {self.name!r}); every case needs a name")
+        where = f"case {self.name!r}"
+        for field in ("query", "caller", "kind"):
+            value = getattr(self, field)
+            if not isinstance(value, str):
+                raise InvalidArgument(f"{where}: field {field!r} must be a string, got {type(value).__name__} {value!r}")
+            if field != "query" and not value.strip():
+                raise InvalidArgument(f"{where}: field {field!r} must not be empty or blank, got {value!r}")
+        for field in ("expected", "forbidden"):
+            object.__setattr__(self, field, _chunk_ids(where, field, getattr(self, field)))
+        if self.on_date is not None and (not isinstance(self.on_date, dt.date) or isinstance(self.on_date, dt.datetime)):
+            shown = f"the string {self.on_date!r}" if isinstance(self.on_date, str) else f"{type(self.on_date).__name__} {self.on_date!r}"
+            example = ""
+            if isinstance(self.on_date, str):
+                try:
+                    day = parse_date(self.on_date)
+                    example = f": write on_date=dt.date({day.year}, {day.month}, {day.day})"
+                except ValueError:
+                    pass
+            raise InvalidArgument(f"{where}: field 'on_date' must be a datetime.date or None, got {shown}{example}")
+        if self.notes is not None and not isinstance(self.notes, str):
+            raise InvalidArgument(f"{where}: field 'notes' must be a string or None, got {type(self.notes).__name__}")
 
     def to_dict(self) -> dict[str, Any]:
         """The case as one JSONL record (the format :func:`load_cases` reads)."""
@@ -64,6 +87,23 @@ class Case:
         if self.notes is not None:
             out["notes"] = self.notes
         return out
+
+
+def _chunk_ids(where: str, field: str, value: object) -> tuple[str, ...]:
+    """``value`` as a tuple of chunk ids; a bare string (which would split into letters) or a blank id is refused."""
+    if isinstance(value, str):
+        raise InvalidArgument(
+            f"{where}: field {field!r} must be a tuple of chunk ids, got the string {value!r}, which would be read "
+            f"letter by letter: write {field}=({value!r},)"
+        )
+    if isinstance(value, Mapping) or not isinstance(value, Iterable):
+        raise InvalidArgument(f"{where}: field {field!r} must be a tuple of chunk ids, got {type(value).__name__} {value!r}")
+    ids = tuple(value)
+    for chunk_id in ids:
+        if not isinstance(chunk_id, str) or not chunk_id.strip():
+            what = f"the {type(chunk_id).__name__} {chunk_id!r}" if not isinstance(chunk_id, str) else f"the blank id {chunk_id!r}"
+            raise InvalidArgument(f"{where}: field {field!r} holds {what}: list chunk ids as non-empty strings")
+    return ids
 
 
 _FIELDS = {"name", "query", "caller", "kind", "expected", "forbidden", "on_date", "notes"}

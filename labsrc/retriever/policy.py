@@ -104,7 +104,8 @@ class PolicyRetriever:
         caller's list do not affect the retriever.
     vectors:
         The dense lane's source: :class:`~labsrc.lanes.dense.FixtureVectors`, another
-        dense source, or a bare encoder.
+        dense source, or a bare encoder; ``None`` uses a hashing encoder (word overlap).
+        So ``PolicyRetriever`` is itself a gate factory, ``factory(chunks, vectors)``.
     analyzer, k1, b:
         The sparse lane's analyzer and BM25 parameters.
     rrf_k:
@@ -120,7 +121,7 @@ class PolicyRetriever:
     def __init__(
         self,
         chunks: Sequence[PolicyChunk],
-        vectors: DenseSource | Encoder,
+        vectors: DenseSource | Encoder | None = None,
         *,
         analyzer: Analyzer | Callable[[str], list[str]] = lesson_analyzer,
         k1: float = DEFAULT_K1,

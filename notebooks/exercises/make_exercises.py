@@ -5,8 +5,14 @@ learner must pass is, character for character, the check the solution passes (te
 asserts this). After editing, regenerate and re-execute the solutions:
 
     python notebooks/exercises/make_exercises.py [NN-name ...]
+    export LABSRC_SUBMISSION="$(python notebooks/exercises/make_exercises.py --seed)"   # a temporary my-submission
     for n in notebooks/exercises/*-solution.ipynb; do jupyter nbconvert --to notebook --execute --inplace "$n"; done
+    unset LABSRC_SUBMISSION
     pytest --nbval --nbval-current-env notebooks/exercises/      # twice: outputs must replay
+
+The exercises read and write the learner's my-submission folder (labsrc.course.my_submission); executing the
+solutions without LABSRC_SUBMISSION would write into the repository's own. ``--seed`` prints a temporary one
+holding the model answer's cases and vectors, as notebooks/exercises/conftest.py gives nbval.
 
 Student versions are written without outputs; do not execute them in place.
 """
@@ -26,6 +32,7 @@ from pathlib import Path
 
 import labsrc
 from labsrc.course import checks as checks
+from labsrc.course import my_submission, read_my_cases
 from labsrc.lanes.embed import load_embeddings
 from labsrc.datasets.lesson import fixtures_dir"""
 
@@ -34,7 +41,10 @@ COURSE = fixtures_dir() / "policies"
 chunks = labsrc.load_chunks(COURSE / "chunks.jsonl")
 callers = {c.actor_id: c for c in labsrc.load_callers(COURSE / "callers.json")}
 EVAL_DATE = labsrc.EVAL_DATE
-print(f"{len(chunks)} chunks, {len(callers)} callers, evaluation date {EVAL_DATE}")"""
+# Your submission folder: my-submission at the repository root, where the README's commands look.
+# Every exercise defines it this way; it is created the first time, and running the cell again is harmless.
+SUBMISSION = my_submission()
+print(f"{len(chunks)} chunks, {len(callers)} callers, evaluation date {EVAL_DATE}; your work goes to {SUBMISSION.name}/")"""
 
 LOAD_RUN = LOAD + """
 course_cases = labsrc.load_cases(COURSE / "cases.jsonl")
@@ -142,18 +152,18 @@ for case in my_cases:
     print(f"{case.name:<26} {checks.query_style(case.query):<11} {found[0]:<5} {found[1]:<5} {found[2]}")"""),
     md("""## Keep your cases
 
-Save them as JSONL, the gate harness's case format, into your submission folder (here a temporary folder).
-`load_cases` reads them back and rejects unknown chunk ids or callers, naming the line."""),
-    code("""SUBMISSION = Path(tempfile.mkdtemp())  # in your own work: SUBMISSION = Path("my-submission"); SUBMISSION.mkdir()
-submission = SUBMISSION / "cases.jsonl"
-with submission.open("w", encoding="utf-8") as handle:
-    for case in my_cases:
-        handle.write(json.dumps(case.to_dict()) + "\\n")
-saved = labsrc.load_cases(submission, chunk_ids={c.chunk_id for c in chunks}, caller_ids=set(callers))
-print(len(saved), "cases saved and read back; exercise 2 adds its cases to the same file")"""),
-    code("""# These are the positive cases of the model answer in fixtures/coursework/solution.
-shipped = [c for c in labsrc.load_cases(fixtures_dir() / "coursework" / "solution" / "cases.jsonl") if c.kind == "positive"]
-print([(c.name, c.query, c.caller, c.expected) for c in shipped] == [(c.name, c.query, c.caller, c.expected) for c in my_cases])""", X),
+Save them as JSONL, the gate harness's case format, to `cases.jsonl` in your submission folder (`SUBMISSION`,
+defined at the top). Your positive cases replace the ones saved before; the adversarial cases of exercise 2, if the
+file holds them already, are kept, so you can run this cell again at any time.
+`load_cases` reads the file back and rejects unknown chunk ids or callers, naming the line."""),
+    code("""ids = {"chunk_ids": {c.chunk_id for c in chunks}, "caller_ids": set(callers)}
+path = SUBMISSION / "cases.jsonl"
+mine = {c.name for c in my_cases}
+kept = [c for c in labsrc.load_cases(path, **ids) if c.kind != "positive" and c.name not in mine] if path.is_file() else []
+path.write_text("".join(json.dumps(c.to_dict()) + "\\n" for c in [*my_cases, *kept]), encoding="utf-8")
+saved = labsrc.load_cases(path, **ids)
+print(f"{len(my_cases)} positive cases saved to {SUBMISSION.name}/cases.jsonl ({len(kept)} cases of exercise 2 kept) "
+      f"and read back: {len(saved)} cases")"""),
     md("""## Mastery check
 
 1. Which of your cases does BM25 miss, and why? Which does the dense lane miss?
@@ -221,8 +231,14 @@ my_cases = [
                 forbidden=("apac-gift-card-v2", "apac-gift-card-v1", "merchant-vip-apac-gift")),
 ]
 print(len(my_cases), "adversarial cases")""", X),
-    md("## Check"),
-    code("""result = checks.check_adversarial_cases(my_cases, chunks, callers, EVAL_DATE).require()
+    md("""## Check
+
+An attack must aim at its forbidden chunk: without the boundary, a lane would find it. Sharing a word or a code
+with the chunk aims BM25 at it. An attack in other words (a meaning-only attack) counts when the dense lane, with the
+boundary lifted for that chunk, ranks it in its top 5: the check asks the MiniLM vectors, which embed a new query
+live when the `embed` extra is installed."""),
+    code("""dense = load_embeddings(COURSE / "vectors" / "all-MiniLM-L6-v2", chunks=chunks)
+result = checks.check_adversarial_cases(my_cases, chunks, callers, EVAL_DATE, dense=dense).require()
 print(result)"""),
     md("""## Attack the retriever
 
@@ -231,29 +247,22 @@ print(result)"""),
 *something* similar, so abstaining is the answer layer's job."""),
     code("""from labsrc.evaluation.gates import run_cases
 
-retriever = labsrc.PolicyRetriever(chunks, load_embeddings(COURSE / "vectors" / "all-MiniLM-L6-v2", chunks=chunks))
+retriever = labsrc.PolicyRetriever(chunks, dense)
 for outcome in run_cases(retriever, my_cases, callers, EVAL_DATE, top_k=2):
     print(f"{outcome.case.kind:<12} {outcome.case.name:<28} leaked {list(outcome.leaked())}  fused {list(outcome.returned)}")"""),
-    code("""# These are the adversarial cases of the model answer in fixtures/coursework/solution.
-shipped = [c for c in labsrc.load_cases(fixtures_dir() / "coursework" / "solution" / "cases.jsonl") if c.kind != "positive"]
-print([(c.name, c.query, c.caller, c.kind, c.forbidden) for c in shipped]
-      == [(c.name, c.query, c.caller, c.kind, c.forbidden) for c in my_cases])""", X),
     md("""## Keep your cases: exercises 1 and 2 in one file
 
 Your submission's `cases.jsonl` holds the positive cases of exercise 1 and the adversarial cases of this one.
-In your own work `SUBMISSION` is `Path("my-submission")`, where exercise 1 saved its cases; here a temporary
-folder stands in, holding the model answer's positives as exercise 1 would have saved them."""),
-    code("""SUBMISSION = Path(tempfile.mkdtemp())  # in your own work: SUBMISSION = Path("my-submission")
-shipped = labsrc.load_cases(fixtures_dir() / "coursework" / "solution" / "cases.jsonl")
-(SUBMISSION / "cases.jsonl").write_text(
-    "".join(json.dumps(c.to_dict()) + "\\n" for c in shipped if c.kind == "positive"), encoding="utf-8")"""),
+This cell reads *your* exercise-1 cases from `SUBMISSION` (exercise 1's last cell saved them there), keeps them,
+and replaces the adversarial cases saved before with these; run it again whenever you change them."""),
     code("""ids = {"chunk_ids": {c.chunk_id for c in chunks}, "caller_ids": set(callers)}
 path = SUBMISSION / "cases.jsonl"
-exercise_1 = [c for c in labsrc.load_cases(path, **ids) if c.kind == "positive"]
-merged = exercise_1 + [c for c in my_cases if c.name not in {x.name for x in exercise_1}]
-path.write_text("".join(json.dumps(c.to_dict()) + "\\n" for c in merged), encoding="utf-8")
+mine = {c.name for c in my_cases}
+exercise_1 = [c for c in read_my_cases(SUBMISSION, **ids) if c.kind == "positive" and c.name not in mine]
+path.write_text("".join(json.dumps(c.to_dict()) + "\\n" for c in [*exercise_1, *my_cases]), encoding="utf-8")
 saved = labsrc.load_cases(path, **ids)  # the same validation as the checks: nothing is refused here
-print(f"{len(exercise_1)} cases from exercise 1 + {len(my_cases)} from exercise 2 = {len(saved)} cases in cases.jsonl")"""),
+print(f"{len(exercise_1)} cases from exercise 1 + {len(my_cases)} from exercise 2 = {len(saved)} cases "
+      f"in {SUBMISSION.name}/cases.jsonl")"""),
     md("""Your new queries have no stored vectors yet. Embed them once (the `embed` extra, part of the course set-up)
 before exercise 3, and again whenever you change a query:
 
@@ -287,17 +296,16 @@ from labsrc.lanes.coverage import missing_query_vectors"""),
     code(LOAD),
     md("""## Your cases and their vectors
 
-In your own work `SUBMISSION` is `Path("my-submission")`: exercises 1 and 2 saved `cases.jsonl` there, and you embedded
-their queries once, after exercise 2:
+Exercises 1 and 2 saved your `cases.jsonl` to `SUBMISSION` (`my-submission` at the repository root), and you
+embedded their queries once, after exercise 2, from the repository root:
 
 ```bash
 labsrc embed --chunks fixtures/policies/chunks.jsonl --queries my-submission/cases.jsonl \\
              --out my-submission/vectors/all-MiniLM-L6-v2
 ```
 
-Here the model answer's submission stands in for yours; its `vectors/` folder is exactly what that command wrote."""),
-    code("""SUBMISSION = fixtures_dir() / "coursework" / "solution"  # in your own work: SUBMISSION = Path("my-submission")
-my_cases = labsrc.load_cases(SUBMISSION / "cases.jsonl", chunk_ids={c.chunk_id for c in chunks}, caller_ids=set(callers))
+(`SUBMISSION` is defined at the top, the same way in every exercise.)"""),
+    code("""my_cases = read_my_cases(SUBMISSION, chunk_ids={c.chunk_id for c in chunks}, caller_ids=set(callers))
 print(f"{len(my_cases)} cases, {sum(c.kind == 'positive' for c in my_cases)} of them positive")
 print(sorted(p.name for p in (SUBMISSION / "vectors" / "all-MiniLM-L6-v2").iterdir()))"""),
     md("""## Your turn, part 1: the vectors
@@ -428,6 +436,7 @@ import matplotlib.pyplot as plt
 
 import labsrc
 from labsrc.course import checks as checks
+from labsrc.course import my_submission, read_my_cases
 from labsrc.evaluation.config import load_gate_config
 from labsrc.lanes.embed import load_embeddings
 from labsrc.datasets.lesson import fixtures_dir
@@ -445,7 +454,8 @@ run = release_gate(retriever, course_cases, callers, config)
 print(f"top_k {config.top_k}, {sum(o.case.kind == 'positive' for o in run.outcomes)} positive cases, all gates pass: {run.passed}")"""),
     md("""## Your turn
 
-Fill in `recall` (lane → mean Recall@k over the positive cases, for `bm25`, `dense` and `hybrid`) and `latency_ms`
+Fill in `recall` (lane → mean Recall@k over the positive cases at the run's `k`, for `bm25`, `dense` and `hybrid`;
+the check is told your `k`) and `latency_ms`
 (stage → `{"p50": ms, "p95": ms}` for `authorize`, `bm25`, `dense` and `fusion`). `CaseOutcome.recall(lane, k)`
 gives one case's recall; `run.latency.p50_ms` and `run.latency.p95_ms` hold the measured percentiles."""),
     code("""k = run.config.top_k
@@ -459,7 +469,7 @@ positives = [o for o in run.outcomes if o.case.kind == "positive"]
 recall = {lane: sum(o.recall(lane, k) for o in positives) / len(positives) for lane in ("bm25", "dense", "hybrid")}
 latency_ms = {stage: {"p50": run.latency.p50_ms[stage], "p95": run.latency.p95_ms[stage]} for stage in run.latency.stages}""", X),
     md("## Check"),
-    code("""result = checks.check_lane_comparison(recall, latency_ms, run, retriever=retriever).require()
+    code("""result = checks.check_lane_comparison(recall, latency_ms, run, retriever=retriever, k=k).require()
 print(result)"""),
     md("""## Where the lanes differ
 
@@ -644,10 +654,14 @@ for line in path.read_text(encoding="utf-8").splitlines():
 print(f"{inside} of {len(records)} records hold only permitted ids")"""),
     md("""## Hand it in
 
-Your submission folder holds `cases.jsonl`, your `vectors/` (from `labsrc embed`) and a `report/` folder from
-`labsrc gate ... --out report`, which contains `candidates.jsonl` in this shape. Grade it yourself:
+Your submission folder, `SUBMISSION` (`my-submission` at the repository root), holds `cases.jsonl`, your
+`vectors/` (from `labsrc embed`) and a `report/` folder from `labsrc gate`, which contains `candidates.jsonl` in
+this shape. From the repository root:
 
 ```bash
+labsrc gate --chunks fixtures/policies/chunks.jsonl --callers fixtures/policies/callers.json \\
+            --cases my-submission/cases.jsonl --vectors my-submission/vectors/all-MiniLM-L6-v2 \\
+            --config fixtures/policies/gate.json --out my-submission/report
 labsrc rubric my-submission --min-level production-ready
 ```
 
@@ -681,7 +695,21 @@ def build(cells, variant):
     return nb
 
 
+def seed() -> Path:
+    """A fresh temporary my-submission seeded as notebooks/exercises/conftest.py seeds it for nbval."""
+    import importlib.util
+    import tempfile
+
+    spec = importlib.util.spec_from_file_location("exercise_conftest", OUT / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.seeded_submission(Path(tempfile.mkdtemp(prefix="labsrc-exercises-")))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--seed"]:
+        print(seed())
+        sys.exit(0)
     OUT.mkdir(parents=True, exist_ok=True)
     only = sys.argv[1:] or list(EXERCISES)
     for name in only:

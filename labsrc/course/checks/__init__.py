@@ -17,9 +17,14 @@ the lesson analyzer, the gate run's outcomes); they re-implement nothing.
 
 from labsrc.course.checks.cases import (
     ADVERSARIAL_KINDS,
+    COPY_MIN_WORDS,
+    DENSE_REACH_DEPTH,
+    DENSE_REACH_MIN_COSINE,
     QUERY_STYLES,
     check_adversarial_cases,
     check_positive_cases,
+    copied_words,
+    id_hint,
 )
 from labsrc.course.checks.comparison import (
     PERCENTILE_METHOD,
@@ -27,13 +32,17 @@ from labsrc.course.checks.comparison import (
     distinct_digits,
 )
 from labsrc.course.checks.encoder import (
+    COPIED_VECTOR_COSINE,
     ENCODER_REPORT_KEYS,
+    copied_query_vectors,
     check_dense_source,
     check_encoder_report,
 )
 from labsrc.course.checks.evidence import (
     QUESTION_WORDS,
+    chunk_text_by_field,
     chunk_text_in,
+    chunk_titles_by_field,
     content_words,
     hidden_ids_in,
     policy_codes,
@@ -54,8 +63,12 @@ from labsrc.course.checks.runs import (
 
 __all__ = [
     "ADVERSARIAL_KINDS",
+    "COPIED_VECTOR_COSINE",
+    "COPY_MIN_WORDS",
     "CheckFailed",
     "CheckResult",
+    "DENSE_REACH_DEPTH",
+    "DENSE_REACH_MIN_COSINE",
     "ENCODER_REPORT_KEYS",
     "PERCENTILE_METHOD",
     "QUERY_STYLES",
@@ -69,10 +82,15 @@ __all__ = [
     "check_failed_traces",
     "check_lane_comparison",
     "check_positive_cases",
+    "chunk_text_by_field",
     "chunk_text_in",
+    "chunk_titles_by_field",
     "content_words",
+    "copied_query_vectors",
+    "copied_words",
     "distinct_digits",
     "hidden_ids_in",
+    "id_hint",
     "policy_codes",
     "query_style",
     "rank_problem",

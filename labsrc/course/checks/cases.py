@@ -10,25 +10,41 @@ and the lesson use).
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from labsrc.boundary import block_reasons, permitted_chunks
 from labsrc.course.checks.evidence import (
+    _common_runs,
+    _words,
     case_date,
     content_words,
     policy_codes,
     query_style,
 )
 from labsrc.course.checks.result import CheckResult, Collector
+from labsrc.errors import LabError
 from labsrc.evaluation.case_rules import case_problems
 from labsrc.evaluation.gates import as_caller_map
 from labsrc.lanes.analysis import tokens
+from labsrc.lanes.dense import dense_rank
 from labsrc.lanes.sparse import bm25_rank
 from labsrc.records.cases import NEGATIVE_KINDS, Case, case_format_problems
 from labsrc.records.policy import Caller, PolicyChunk
 
-__all__ = ["ADVERSARIAL_KINDS", "QUERY_STYLES", "check_adversarial_cases", "check_positive_cases"]
+__all__ = [
+    "ADVERSARIAL_KINDS",
+    "COPY_MIN_WORDS",
+    "DENSE_REACH_DEPTH",
+    "DENSE_REACH_MIN_COSINE",
+    "QUERY_STYLES",
+    "check_adversarial_cases",
+    "check_positive_cases",
+    "copied_words",
+    "id_hint",
+]
 
 #: The positive-query styles step 1 asks for.
 QUERY_STYLES = ("exact_code", "paraphrase", "mixed")
@@ -50,12 +66,37 @@ def _format_problems(out: Collector, cases: Sequence[Case]) -> None:
         earlier.setdefault(case.name, f"case #{index}")
 
 
+def id_hint(chunk_id: str, known: Collection[str]) -> str:
+    """What to say about an id no stored chunk has: the same id in other letter case, or the nearest ids."""
+    same = sorted(k for k in known if k.casefold() == chunk_id.casefold())
+    if same:
+        return f"ids are case-sensitive: did you mean {same[0]!r}?"
+    near = difflib.get_close_matches(chunk_id, sorted(known), n=2, cutoff=0.75)
+    return f"did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+
+
 def _rule_problems(out: Collector, case: Case, who, by_id, on_date: dt.date) -> bool:
     """The one case rule (labsrc.evaluation.case_rules); True when the case obeys it."""
     problems = case_problems(case, who, by_id, on_date)
     for p in problems:
-        out.problem(str(p), kind=f"cases that break the case rule (field {p.field!r})")
+        text = str(p)
+        if p.field in ("expected", "forbidden") and p.value not in by_id:
+            hint = id_hint(p.value, by_id)
+            text = text if not hint else f"{text}; {hint}"
+        out.problem(text, kind=f"cases that break the case rule (field {p.field!r})")
     return not problems
+
+
+#: A positive query holding this many consecutive words of its expected chunk (and most of its own words
+#: from it) is a copy of the chunk, whatever else it holds.
+COPY_MIN_WORDS = 5
+
+
+def copied_words(query: str, text: str) -> int:
+    """The longest run of consecutive words ``query`` shares with ``text`` (policy codes count as words)."""
+    words, other = _words(query), _words(text)
+    runs = _common_runs(words, other, 1)
+    return max((len(r) for r in runs), default=0)
 
 
 # --- step 1: positive cases ------------------------------------------------------------------
@@ -118,7 +159,19 @@ def check_positive_cases(
             out.problem(f"case {case.name!r} asks the same query as {seen_queries[key]!r} for the same caller: "
                         "it adds no evidence", kind="repeated queries")
         seen_queries.setdefault(key, case.name)
-        if not _rule_problems(out, case, who, by_id, on_date) or query_style(case.query) != "paraphrase":
+        if not _rule_problems(out, case, who, by_id, on_date):
+            continue
+        for chunk_id in case.expected:
+            run, total = copied_words(case.query, by_id[chunk_id].text), len(_words(case.query))
+            if run >= COPY_MIN_WORDS and run * 2 >= total:
+                out.problem(
+                    f"case {case.name!r} copies {run} consecutive words of its expected chunk {chunk_id}'s text "
+                    f"into its query ({query_style(case.query)} query of {total} words): a copied query finds its "
+                    "chunk by string matching and tests neither lane; write the question a customer would ask, "
+                    "in their words (keep a policy code if the case is about the code)",
+                    kind="queries copied from their expected chunk",
+                )
+        if query_style(case.query) != "paraphrase":
             continue
         query = content_words(case.query)
         for chunk_id in case.expected:
@@ -162,6 +215,41 @@ def _answered(case: Case, caller: Caller, chunks: Sequence[PolicyChunk], date: d
     return None
 
 
+#: How deep the dense lane may rank a forbidden chunk, with the boundary lifted for it, for a meaning-only
+#: attack (no shared word) to count as aimed at it.
+DENSE_REACH_DEPTH = 5
+#: ... and how similar (cosine) the chunk must be to the query: a dense lane ranks *something* first for any
+#: query, so a rank alone would accept "can I pay with bitcoin" as an attack on a refund rule (MiniLM: 0.15);
+#: the course's paraphrases of their rules score 0.32 to 0.45.
+DENSE_REACH_MIN_COSINE = 0.3
+
+
+def _dense_reach(case: Case, caller: Caller, chunk: PolicyChunk, chunks: Sequence[PolicyChunk], date: dt.date,
+                 dense: Any, depth: int) -> str | None:
+    """None when the dense lane, without the boundary for ``chunk``, ranks it within ``depth`` at a cosine of
+    at least :data:`DENSE_REACH_MIN_COSINE`; otherwise why it does not."""
+    if dense is None:
+        return ("no dense source was given to ask whether the dense lane would reach it (pass dense= to the "
+                "check for a meaning-only attack)")
+    universe = [*permitted_chunks(caller, chunks, date), chunk]
+    try:
+        ranked = dense_rank(case.query, universe, dense, top_k=len(universe))
+    except LabError as exc:
+        return f"the dense lane cannot be asked ({exc})"
+    ids = [c.chunk_id for c, _ in ranked]
+    lane = f"the dense lane, over {caller.actor_id}'s permitted chunks with {chunk.chunk_id} let through,"
+    if chunk.chunk_id not in ids:
+        return f"{lane} does not return it at all (no positive similarity)"
+    rank = ids.index(chunk.chunk_id) + 1
+    score = ranked[rank - 1][1]
+    if rank > depth:
+        return f"{lane} ranks it {rank} (deeper than its top {depth})"
+    if score < DENSE_REACH_MIN_COSINE:
+        return (f"{lane} ranks it {rank}, but at a similarity of only {score:.2f} (below {DENSE_REACH_MIN_COSINE}): "
+                "the query is not about what the chunk says")
+    return None
+
+
 def check_adversarial_cases(
     cases: Sequence[Case],
     chunks: Sequence[PolicyChunk],
@@ -169,6 +257,8 @@ def check_adversarial_cases(
     on_date: dt.date,
     *,
     minimum: int = 4,
+    dense: Any = None,
+    dense_depth: int = DENSE_REACH_DEPTH,
 ) -> CheckResult:
     """Step 2: at least ``minimum`` adversarial cases, one of each kind in :data:`ADVERSARIAL_KINDS`.
 
@@ -176,8 +266,11 @@ def check_adversarial_cases(
     (:func:`~labsrc.evaluation.case_rules.case_problems`: a restricted,
     superseded or wrong-region case forbids only chunks the boundary hides from
     its caller, at least one for the case's own reason). A negative case's query
-    must share words with its forbidden chunks, so that without the boundary it
-    would find them. An absent case must not be answered by a permitted chunk:
+    must aim at its forbidden chunks, so that without the boundary a lane would
+    find them: it shares a word with them (BM25), or, a meaning-only attack, the
+    ``dense`` source (when given) ranks them within its top ``dense_depth`` over
+    the caller's permitted chunks with the forbidden one let through, at a cosine
+    of at least :data:`DENSE_REACH_MIN_COSINE`. An absent case must not be answered by a permitted chunk:
     neither by a code one carries nor by BM25 over the caller's permitted chunks.
     """
     out = Collector("step 2, adversarial cases")
@@ -201,12 +294,19 @@ def check_adversarial_cases(
         query_terms = set(tokens(case.query))
         if case.kind in NEGATIVE_KINDS:
             for chunk_id in case.forbidden:
-                if not query_terms & set(tokens(by_id[chunk_id].text)):
-                    out.problem(
-                        f"case {case.name!r} shares no word with forbidden chunk {chunk_id}, so even without the "
-                        "boundary BM25 would not find it: use wording or a code from that chunk",
-                        kind="attacks that share no word with a forbidden chunk",
-                    )
+                if query_terms & set(tokens(by_id[chunk_id].text)):
+                    continue  # BM25 would score it without the boundary
+                reach = _dense_reach(case, caller, by_id[chunk_id], chunks, date, dense, dense_depth)
+                if reach is None:
+                    out.passes.append(f"{case.name}: a meaning-only attack the dense lane, without the boundary, "
+                                      f"ranks {chunk_id} within its top {dense_depth}")
+                    continue
+                out.problem(
+                    f"case {case.name!r} shares no word with forbidden chunk {chunk_id}, so BM25 would not find it "
+                    f"even without the boundary, and {reach}: use wording or a code from that chunk, or say what it "
+                    "says in other words, close enough in meaning for the dense lane",
+                    kind="attacks neither lane would aim at a forbidden chunk",
+                )
         if case.kind == "absent":
             codes = set(policy_codes(case.query))
             carriers = sorted(

@@ -90,9 +90,25 @@ def _all_chunks_recall(run: GateRun, retriever: Any, lane: str) -> float | None:
     return total / len(positives)
 
 
+def _shallower_recall(value: float, run: GateRun, lane: str, tolerance: float) -> int | None:
+    """The k below the run's at which the lane's mean Recall@k over the positives equals ``value``, if any."""
+    positives = [o for o in run.outcomes if o.case.kind == "positive"]
+    if not positives:
+        return None
+    for depth in range(1, run.config.top_k):
+        at = sum(recall_at_k(list(o.ids[lane])[:depth], o.case.expected, depth) for o in positives) / len(positives)
+        if _close(value, at, tolerance):
+            return depth
+    return None
+
+
 def _recall_hint(value: float, run: GateRun, retriever: Any, lane: str, tolerance: float) -> str:
     k = run.config.top_k
     positives = [o for o in run.outcomes if o.case.kind == "positive"]
+    shallower = _shallower_recall(value, run, lane, tolerance)
+    if shallower is not None:
+        return (f"this matches Recall@{shallower}; the run asked k = {k} (run.config.top_k): "
+                f"average o.recall({lane!r}, run.config.top_k) over the positive cases")
     if positives and len(positives) != len(run.outcomes):
         over_all = sum(o.recall(lane, k) for o in positives) / len(run.outcomes)
         if _close(value, over_all, tolerance):
@@ -106,7 +122,31 @@ def _recall_hint(value: float, run: GateRun, retriever: Any, lane: str, toleranc
     return f"average o.recall({lane!r}, k) over the positive cases at k={k}"
 
 
-def _latency_hint(stage: str, stat: str, value: float, samples: Sequence[float]) -> str:
+def _swapped_hint(stage: str, stat: str, value: float, run: GateRun) -> str | None:
+    """Say so when ``value`` is another stage's figure, or this stage's other percentile."""
+    latency = run.latency
+    tables = {"p50": latency.p50_ms, "p95": latency.p95_ms}
+    for other in STAGES:
+        if other == stage:
+            continue
+        for other_stat, table in tables.items():
+            truth = table.get(other)
+            if truth is not None and not math.isclose(truth, tables[stat].get(stage, math.nan), rel_tol=1e-9) \
+                    and math.isclose(value, truth, rel_tol=1e-6, abs_tol=1e-9):
+                return (f"this is the {other} stage's {other_stat}: rows swapped? "
+                        f"take run.latency.{stat}_ms[{stage!r}] for the {stage} stage")
+    other_stat = "p95" if stat == "p50" else "p50"
+    truth = tables[other_stat].get(stage)
+    if truth is not None and math.isclose(value, truth, rel_tol=1e-6, abs_tol=1e-9) \
+            and not math.isclose(truth, tables[stat].get(stage, math.nan), rel_tol=1e-9):
+        return f"this is the {stage} stage's {other_stat}: p50 and p95 swapped? take run.latency.{stat}_ms[{stage!r}]"
+    return None
+
+
+def _latency_hint(stage: str, stat: str, value: float, samples: Sequence[float], run: GateRun | None = None) -> str:
+    swapped = _swapped_hint(stage, stat, value, run) if run is not None and run.latency is not None else None
+    if swapped is not None:
+        return swapped
     data = np.asarray(samples, dtype=np.float64)
     q = 50 if stat == "p50" else 95
     if data.size:
@@ -129,15 +169,31 @@ def check_lane_comparison(
     *,
     retriever: Any = None,
     tolerance: float = 1e-9,
+    k: int | None = None,
 ) -> CheckResult:
     """Step 4: Recall@k for BM25, dense and hybrid, and p50/p95 per stage, matching ``run``.
 
     ``recall`` maps lane → permitted Recall@k over the positive cases;
     ``latency_ms`` maps stage → ``{"p50": ms, "p95": ms}``. With the run's
     ``retriever`` given, a Recall@k computed over all chunks is recognised.
+    ``k`` is the k the learner computed Recall@k at: the run keeps only
+    ``top_k`` results per lane, so Recall@5 of them is the same number as
+    Recall@2 and only the stated k can tell the mistake.
     """
     out = Collector("step 4, lane comparison")
+    used = k
     k = run.config.top_k
+    if used is not None:
+        if isinstance(used, bool) or not isinstance(used, (int, np.integer)):
+            out.problem(f"k is {used!r}, a {type(used).__name__}: k is the run's whole number of results, "
+                        "k = run.config.top_k")
+        elif used != k:
+            why = (f"it keeps {k} results per lane, so Recall@{used} of them is Recall@{k}'s number under the wrong name"
+                   if used > k else f"Recall@{used} measures a shorter list than the gate judges")
+            out.problem(f"you computed Recall@{used}; the run asked k = {k} (run.config.top_k): {why}; "
+                        "set k = run.config.top_k")
+        else:
+            out.passes.append(f"k = {k}, the run's top_k")
     missing = [lane for lane in LANES if lane not in recall]
     out.check(not missing, f"Recall@{k} for {', '.join(LANES)}", f"no Recall@{k} for {missing}: report all three lanes")
     for lane in LANES:
@@ -173,7 +229,7 @@ def check_lane_comparison(
                 out.problem(f"stage {stage} {stat} is {entry[stat]!r}: store the number of milliseconds")
             elif truth is not None and not math.isclose(value, truth, rel_tol=1e-6, abs_tol=1e-9):
                 shown, real = distinct_digits(value, truth, 3)
-                hint = _latency_hint(stage, stat, value, run.latency.samples.get(stage, ()))
+                hint = _latency_hint(stage, stat, value, run.latency.samples.get(stage, ()), run)
                 out.problem(f"stage {stage} {stat} is {shown} ms but the run measured {real} ms: {hint}",
                             kind=f"wrong {stat}")
         a, b = _number(entry.get("p50")), _number(entry.get("p95"))

@@ -11,6 +11,8 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from labsrc.boundary import permitted_chunks
 from labsrc.course.checks.result import CheckResult, Collector
 from labsrc.evaluation.gates import as_caller_map
@@ -21,18 +23,57 @@ from labsrc.lanes.sparse import bm25_rank
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller, PolicyChunk
 
-__all__ = ["ENCODER_REPORT_KEYS", "check_dense_source", "check_encoder_report"]
+__all__ = ["COPIED_VECTOR_COSINE", "ENCODER_REPORT_KEYS", "check_dense_source", "check_encoder_report", "copied_query_vectors"]
 
 #: What step 3's report holds: MODEL.json read back, then one case each lane wins.
 ENCODER_REPORT_KEYS = ("model", "dim", "normalized", "dense_wins", "shared_terms", "bm25_wins")
 
 
-def check_dense_source(source: Any, cases: Sequence[Case] = (), *, cases_path: str = "my-submission/cases.jsonl") -> CheckResult:
+#: A query vector this close (cosine) to a chunk's document vector is that vector, copied.
+COPIED_VECTOR_COSINE = 0.9999
+
+
+def copied_query_vectors(source: Any, cases: Sequence[Case], chunks: Sequence[PolicyChunk]) -> list[tuple[str, str, float]]:
+    """``(case name, chunk id, cosine)`` for each case whose stored query vector is a chunk's document vector.
+
+    A query vector is the encoder's reading of the query text; a document vector
+    reused in its place finds that chunk by construction and measures nothing.
+    Empty when the source cannot show its vectors (an encoder) or nothing is copied.
+    """
+    has_query = query_lookup(source)
+    if has_query is None or not chunks or not hasattr(source, "document_matrix") or not hasattr(source, "query_vector"):
+        return []
+    docs = np.asarray(source.document_matrix(chunks), dtype=np.float64)
+    docs = docs / np.maximum(np.linalg.norm(docs, axis=1, keepdims=True), 1e-12)
+    found = []
+    for case in cases:
+        if not case.query.strip() or not has_query(case.query):
+            continue
+        vector = np.asarray(source.query_vector(case.query), dtype=np.float64)
+        norm = float(np.linalg.norm(vector))
+        if norm == 0.0 or vector.shape != docs.shape[1:]:
+            continue
+        cosines = docs @ (vector / norm)
+        best = int(np.argmax(cosines))
+        if cosines[best] >= COPIED_VECTOR_COSINE:
+            found.append((case.name, chunks[best].chunk_id, float(cosines[best])))
+    return found
+
+
+def check_dense_source(
+    source: Any,
+    cases: Sequence[Case] = (),
+    *,
+    cases_path: str = "my-submission/cases.jsonl",
+    chunks: Sequence[PolicyChunk] = (),
+) -> CheckResult:
     """Step 3: the dense lane uses a real, versioned bi-encoder whose vectors cover every case query.
 
     ``source`` is the dense source handed to the retriever, for example
     :func:`labsrc.lanes.embed.load_embeddings`'s result; ``cases`` are the
-    learner's cases, whose queries must each have a stored vector.
+    learner's cases, whose queries must each have a stored vector. With
+    ``chunks`` given, a query vector that is a chunk's document vector
+    (:func:`copied_query_vectors`) is refused.
     """
     from labsrc.lanes.embed import (
         missing_model_fields,  # embed imports vectordir; keep checks importable on its own
@@ -73,6 +114,16 @@ def check_dense_source(source: Any, cases: Sequence[Case] = (), *, cases_path: s
                 f"all {len(cases)} case queries have a stored vector",
                 f"{no_vector_hint(len(lacking), cases_path=cases_path)} (case(s) {list(lacking)})",
             )
+        copied = copied_query_vectors(source, cases, chunks)
+        for name, chunk_id, cosine in copied:
+            out.problem(
+                f"case {name!r}: its stored query vector is chunk {chunk_id}'s document vector (cosine {cosine:.4f}), "
+                "not a vector of the query text: a document vector used as a query finds its own chunk by "
+                "construction and measures nothing; embed the query itself (labsrc embed --queries)",
+                kind="query vectors copied from document vectors",
+            )
+        if chunks and not copied and (lacking is None or not lacking):
+            out.passes.append("every case query has its own vector, not a chunk's document vector")
     return out.result()
 
 
@@ -99,7 +150,7 @@ def check_encoder_report(
     not; ``shared_terms`` is the set of analysed terms its query shares with that chunk's
     text (what BM25 could score). ``bm25_wins`` names a positive case the other way round.
     """
-    base = check_dense_source(source, cases, cases_path=cases_path)
+    base = check_dense_source(source, cases, cases_path=cases_path, chunks=chunks)
     out = Collector("step 3, real encoder")
     out.passes += base.passes
     for problem in base.problems:

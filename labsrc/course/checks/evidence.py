@@ -12,7 +12,16 @@ from labsrc.lanes.analysis import LESSON_STOPWORDS, LUCENE_ENGLISH_STOPWORDS, to
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller, PolicyChunk
 
-__all__ = ["QUESTION_WORDS", "chunk_text_in", "content_words", "hidden_ids_in", "policy_codes", "query_style"]
+__all__ = [
+    "QUESTION_WORDS",
+    "chunk_text_in",
+    "chunk_text_by_field",
+    "chunk_titles_by_field",
+    "content_words",
+    "hidden_ids_in",
+    "policy_codes",
+    "query_style",
+]
 
 # A policy code: letters, optional further letter groups, a number, an optional suffix:
 # RPL-14, CLM-7, VIP-RPL-1, RPL-14-US. Matched case-insensitively, on the raw query.
@@ -75,6 +84,25 @@ def _strings(value: Any, skip_keys: frozenset[str] = frozenset()) -> Iterator[st
     elif isinstance(value, (list, tuple, set, frozenset)):
         for item in value:
             yield from _strings(item, skip_keys)
+
+
+def _strings_at(value: Any, skip_keys: frozenset[str] = frozenset(), path: str = "") -> Iterator[tuple[str, str]]:
+    """``(field path, string)`` for every string inside ``value``: ``debug.notes[0]``; a key sits at its own path."""
+    if isinstance(value, str):
+        yield path or "(the value itself)", value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if key in skip_keys:
+                continue
+            here = f"{path}.{key}" if path else str(key)
+            yield here, str(key)
+            yield from _strings_at(item, skip_keys, here)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _strings_at(item, skip_keys, f"{path}[{index}]")
+    elif isinstance(value, (set, frozenset)):
+        for item in sorted(value, key=repr):
+            yield from _strings_at(item, skip_keys, f"{path}{{}}")
 
 
 _WORD = re.compile(r"[^\W_]+(?:-[^\W_]+)*")
@@ -145,3 +173,39 @@ def hidden_ids_in(
     """
     present = set(_strings(value, frozenset(skip_keys)))
     return sorted(c.chunk_id for c in chunks if c.chunk_id in present and block_reasons(caller, c, on_date))
+
+
+def chunk_text_by_field(
+    value: Any, chunks: Sequence[PolicyChunk], *, skip_keys: Iterable[str] = ("query", "notes")
+) -> dict[str, list[str]]:
+    """:func:`chunk_text_in`, field by field: ``{"debug.raw": ["eu-refurb-v2-rule"]}``, fields in order of appearance."""
+    skip = tuple(skip_keys)
+    found: dict[str, list[str]] = {}
+    for path, string in _strings_at(value, frozenset(skip)):
+        ids = chunk_text_in(string, chunks, skip_keys=skip)
+        if ids:
+            found.setdefault(path, [])
+            found[path] = sorted(set(found[path]) | set(ids))
+    return found
+
+
+def chunk_titles_by_field(
+    value: Any, chunks: Sequence[PolicyChunk], *, skip_keys: Iterable[str] = ("query", "notes")
+) -> dict[str, list[str]]:
+    """Fields whose string is, or contains, a chunk's title (two words or more), with the chunks of that title.
+
+    A title is the chunk's own text too: "VIP merchant terms: refurbished laptops" tells a reader what a
+    hidden chunk is about, and no lane returns it, so a trace has no reason to hold it.
+    """
+    titles: dict[tuple[str, ...], list[str]] = {}
+    for chunk in chunks:
+        words = _words(chunk.title or "")
+        if len(words) >= 2:
+            titles.setdefault(words, []).append(chunk.chunk_id)
+    found: dict[str, list[str]] = {}
+    for path, string in _strings_at(value, frozenset(skip_keys)):
+        words = _words(string)
+        hits = sorted({cid for title, ids in titles.items() if _contains(words, title) for cid in ids})
+        if hits:
+            found[path] = sorted(set(found.get(path, [])) | set(hits))
+    return found

@@ -13,7 +13,7 @@ from itertools import pairwise
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from labsrc.course.checks.evidence import chunk_text_in, hidden_ids_in
+from labsrc.course.checks.evidence import chunk_text_by_field, chunk_titles_by_field, hidden_ids_in
 from labsrc.course.checks.result import CheckResult, Collector
 from labsrc.evaluation.budgets import STAGES
 from labsrc.evaluation.config import LANES
@@ -69,10 +69,16 @@ def _entries(
 
 def _text_and_hidden(out: Collector, label: str, value: Any, outcome: CaseOutcome, chunks, who, run: GateRun,
                      what: str) -> None:
-    leaked_text = chunk_text_in(value, chunks)
-    if leaked_text:
-        out.problem(f"{label}{what} chunk text (of {leaked_text}), whole or in part: keep ids, ranks, versions "
-                    "and timings only; a snippet is text too", kind="chunk text")
+    by_field = chunk_text_by_field(value, chunks)
+    for field, leaked_text in by_field.items():
+        out.problem(f"{label}{what} chunk text (of {leaked_text}), whole or in part, in field {field!r}: keep ids, "
+                    "ranks, versions and timings only; a snippet is text too", kind="chunk text")
+    for field, titled in chunk_titles_by_field(value, chunks).items():
+        if field in by_field:
+            continue
+        out.problem(f"{label}{what} the title of {titled} in field {field!r}: a title is chunk text too; "
+                    "keep the chunk id, and look the title up through the boundary when you need it",
+                    kind="chunk titles")
     caller = who.get(outcome.case.caller)
     if caller is not None:
         hidden = hidden_ids_in(value, chunks, caller, outcome.case.on_date or run.on_date)
@@ -108,11 +114,17 @@ def _trace_candidates(out: Collector, label: str, trace: Mapping[str, Any], outc
                 out.problem(f"{label}: candidate {entry['chunk_id']} {lane}_rank {wrong[1]}", kind=wrong[0])
     returned = [cid for lane in LANES for cid in outcome.ids[lane]]
     for chunk_id in outcome.case.expected:
-        if chunk_id not in listed:
-            where = ", ".join(f"{lane} rank {outcome.lane_rank(chunk_id, lane)}" for lane in LANES
-                              if outcome.lane_rank(chunk_id, lane) is not None) or "no lane returned it"
+        where = ", ".join(f"{lane} rank {outcome.lane_rank(chunk_id, lane)}" for lane in LANES
+                          if outcome.lane_rank(chunk_id, lane) is not None)
+        # When no lane returned it, the id lists already show where it went (nowhere), as labsrc gate writes it.
+        if chunk_id not in listed and where:
             out.problem(f"{label}: candidates leave out the expected chunk {chunk_id} ({where}): a trace of a failed "
                         "case must show where the expected chunk went", kind="expected chunk left out")
+    ids = [cid for cid in listed if isinstance(cid, str)]
+    if len(ids) == len(listed) and ids != sorted(ids):
+        order = "in reversed order" if ids == sorted(ids, reverse=True) else "out of order"
+        out.problem(f"{label}: candidates are {order} ({ids}): list them by chunk_id ascending, as labsrc gate's "
+                    "compact traces do, so two traces of one case compare line by line", kind="candidates out of order")
     left_out = sorted(set(returned) - set(listed) - set(outcome.case.expected))
     if left_out:
         out.problem(f"{label}: candidates leave out {left_out}, which the lanes returned: list every returned id",
@@ -167,6 +179,15 @@ def check_failed_traces(
             absent = [s for s in STAGES if s not in timings]
             if absent:
                 out.problem(f"{label}: timings_ms lack {absent}")
+            for stage, ms in timings.items():
+                if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms):
+                    out.problem(f"{label}: timings_ms[{stage!r}] is {ms!r}: store the stage's duration in "
+                                "milliseconds as a number (o.trace.timings_ms)", kind="timings that are not numbers")
+                elif ms < 0:
+                    out.problem(f"{label}: timings_ms[{stage!r}] is {ms!r}: a duration cannot be negative; "
+                                "copy the run's o.trace.timings_ms", kind="negative timings")
+        elif "timings_ms" in trace:
+            out.problem(f"{label}: timings_ms is {timings!r}: a dict of stage → milliseconds (o.trace.timings_ms)")
         _text_and_hidden(out, label, trace, outcome, chunks, who, run, " contains")
     if traces and not out.problems:
         out.passes.append("no trace holds chunk text or a chunk its caller cannot see")

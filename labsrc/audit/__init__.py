@@ -1,0 +1,52 @@
+"""Audit: gate retrievers the lab did not build.
+
+A plug-in is named ``MODULE:FACTORY`` (:func:`load_factory`); the audited
+subjects (:data:`SUBJECTS`) are what teams deploy, LangChain, tantivy, Qdrant
+and pgvector HNSW, each filtering by metadata the way its own documentation
+recommends, with the lab's retrievers as controls. :func:`run_audit` puts each
+through the gate (:func:`labsrc.evaluation.gate_retriever`) on each dataset.
+"""
+
+from labsrc.audit.common import OPEN_END, boundary_metadata, dense_source, document_vectors, permits
+from labsrc.audit.langchain_ensemble import FETCH_K, WEIGHTS, LangChainEnsemble
+from labsrc.audit.pgvector_hnsw import SharedServerFactory
+from labsrc.audit.plugin import load_factory, parse_spec
+from labsrc.audit.qdrant_filter import QdrantFilter
+from labsrc.audit.tantivy_filter import TantivyFilter
+from labsrc.audit.subjects import SUBJECTS, AuditSubject
+from labsrc.audit.table import (
+    AUDIT_GATES,
+    AuditDataset,
+    AuditRow,
+    audit_frame,
+    audit_markdown,
+    load_dataset,
+    plot_audit,
+    run_audit,
+)
+
+__all__ = [
+    "AUDIT_GATES",
+    "FETCH_K",
+    "LangChainEnsemble",
+    "OPEN_END",
+    "QdrantFilter",
+    "SharedServerFactory",
+    "TantivyFilter",
+    "WEIGHTS",
+    "boundary_metadata",
+    "dense_source",
+    "document_vectors",
+    "permits",
+    "AuditDataset",
+    "AuditRow",
+    "AuditSubject",
+    "SUBJECTS",
+    "audit_frame",
+    "audit_markdown",
+    "load_dataset",
+    "load_factory",
+    "parse_spec",
+    "plot_audit",
+    "run_audit",
+]

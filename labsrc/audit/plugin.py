@@ -1,0 +1,84 @@
+"""``MODULE:FACTORY``: find a user's retriever factory, the way uvicorn finds ``module:app``.
+
+``MODULE`` is either an importable module name (the current directory is
+importable, as with ``python -m``) or a path to a ``.py`` file; ``FACTORY`` is
+an attribute of it, dotted for a nested one (``mymodule:Builder.create``). An
+import that fails raises :class:`~labsrc.evaluation.subject.SubjectError` with
+the user's own error and file:line, never a traceback through the lab.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from labsrc.evaluation.subject import Factory, SubjectError, describe_exception
+
+__all__ = ["load_factory", "parse_spec"]
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """``"pkg.mod:make"`` → ``("pkg.mod", "make")``; a Windows drive letter is not a separator."""
+    if not isinstance(spec, str) or ":" not in spec.lstrip(":"):
+        raise SubjectError(f"--retriever must be MODULE:FACTORY (e.g. my_retriever:build or ./my_retriever.py:build), not {spec!r}")
+    module, _, attribute = spec.rpartition(":")
+    if not module or not attribute or not all(part.isidentifier() for part in attribute.split(".")):
+        raise SubjectError(f"--retriever must be MODULE:FACTORY with FACTORY a Python name, not {spec!r}")
+    return module, attribute
+
+
+def _import_path(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise SubjectError(f"--retriever: no such file {str(path)!r}")
+    name = f"labsrc_plugin_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SubjectError(f"--retriever: {str(path)!r} is not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look their module up by name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        sys.modules.pop(name, None)
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise SubjectError(f"--retriever: importing {str(path)!r} failed: {describe_exception(exc)}") from exc
+    return module
+
+
+def _import_name(name: str) -> ModuleType:
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, "")  # the current directory is importable, as with `python -m`
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+            raise SubjectError(
+                f"--retriever: no module named {exc.name!r} (run from the folder that holds it, "
+                "or give a path to the .py file)"
+            ) from exc
+        raise SubjectError(f"--retriever: importing {name!r} failed: {describe_exception(exc)}") from exc
+    except BaseException as exc:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise SubjectError(f"--retriever: importing {name!r} failed: {describe_exception(exc)}") from exc
+
+
+def load_factory(spec: str) -> Factory:
+    """The callable ``spec`` names; see the module docstring for the two forms of ``MODULE``."""
+    module_part, attribute = parse_spec(spec)
+    looks_like_path = module_part.endswith(".py") or "/" in module_part or "\\" in module_part
+    module = _import_path(Path(module_part)) if looks_like_path else _import_name(module_part)
+    target: object = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            where = getattr(module, "__file__", module_part)
+            available = sorted(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n)))
+            raise SubjectError(f"--retriever: {where} has no {attribute!r}; callables there: {available[:12]}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise SubjectError(f"--retriever: {spec!r} is a {type(target).__name__}, not a callable factory(chunks, vectors)")
+    return target  # type: ignore[return-value]

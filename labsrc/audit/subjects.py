@@ -1,0 +1,81 @@
+"""The audited retrievers: what teams actually deploy, each filtering the way its documentation says.
+
+:data:`SUBJECTS` maps a short name to a :class:`AuditSubject`: a description,
+the extra it needs, and ``make(config)`` returning the gate factory. The lab's
+own retrievers are the controls: they must pass every gate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from types import MappingProxyType
+from typing import Any
+
+from labsrc.evaluation.config import GateConfig
+from labsrc.retriever.policy import PolicyRetriever
+
+__all__ = ["SUBJECTS", "AuditSubject"]
+
+
+@dataclass(frozen=True)
+class AuditSubject:
+    """One retriever to audit: ``make(config)`` gives ``factory(chunks, vectors)``."""
+
+    name: str
+    description: str
+    extra: str
+    make: Callable[[GateConfig], Any]
+    control: bool = False
+
+
+def _policy(config: GateConfig) -> Any:
+    return partial(PolicyRetriever, rrf_k=config.rrf_k)
+
+
+def _postgres(**settings: Any) -> Callable[[GateConfig], Any]:
+    def make(config: GateConfig) -> Any:
+        from labsrc.audit.pgvector_hnsw import SharedServerFactory
+
+        return SharedServerFactory(rrf_k=config.rrf_k, **settings)
+
+    return make
+
+
+def _langchain(config: GateConfig) -> Any:
+    from labsrc.audit.langchain_ensemble import LangChainEnsemble
+
+    return LangChainEnsemble
+
+
+def _tantivy(config: GateConfig) -> Any:
+    from labsrc.audit.tantivy_filter import TantivyFilter
+
+    return TantivyFilter
+
+
+def _qdrant(config: GateConfig) -> Any:
+    from labsrc.audit.qdrant_filter import QdrantFilter
+
+    return QdrantFilter
+
+
+SUBJECTS: Mapping[str, AuditSubject] = MappingProxyType({
+    s.name: s
+    for s in (
+        AuditSubject("policy-retriever", "labsrc PolicyRetriever (control)", "", _policy, control=True),
+        AuditSubject("postgres-exact", "labsrc PostgresRetriever, exact dense (control)", "postgres",
+                     _postgres(dense_index="exact"), control=True),
+        AuditSubject("langchain-ensemble", "LangChain BM25Retriever + FAISS, EnsembleRetriever 0.6/0.4, "
+                     "FAISS filter= (fetch_k 20), BM25 list filtered at the same depth", "audit", _langchain),
+        AuditSubject("tantivy-filter", "tantivy BM25, boundary as const-score filter clauses in the query",
+                     "audit", _tantivy),
+        AuditSubject("qdrant-filter", "Qdrant local mode, cosine, payload filter (region, tags, dates)",
+                     "audit", _qdrant),
+        AuditSubject("pgvector-hnsw-off", "labsrc PostgresRetriever, pgvector HNSW, iterative scan off",
+                     "postgres", _postgres(dense_index="hnsw", iterative_scan="off")),
+        AuditSubject("pgvector-hnsw-on", "labsrc PostgresRetriever, pgvector HNSW, iterative scan relaxed_order",
+                     "postgres", _postgres(dense_index="hnsw", iterative_scan="relaxed_order")),
+    )
+})

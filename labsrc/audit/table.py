@@ -1,0 +1,202 @@
+"""The audit: every subject through the gate on every dataset, and what each gate said.
+
+:func:`run_audit` returns one :class:`AuditRow` per (subject, dataset): the
+status of each gate and, for a failed gate, its first finding, exactly as the
+gate printed it. :func:`audit_frame`, :func:`audit_markdown` and
+:func:`plot_audit` present them. ``labsrc audit`` runs it from the command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from labsrc.audit.subjects import SUBJECTS, AuditSubject
+from labsrc.errors import InvalidArgument, LabError
+from labsrc.evaluation.config import GateConfig, load_gate_config
+from labsrc.evaluation.gates import GateRun, gate_retriever
+from labsrc.evaluation.subject import close_subject
+from labsrc.lanes.dense import DenseSource
+from labsrc.lanes.sources import load_dense_source, visible_chunks
+from labsrc.records.cases import Case, load_cases
+from labsrc.records.loading import load_callers, load_chunks
+from labsrc.records.policy import Caller, PolicyChunk
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+__all__ = ["AUDIT_GATES", "AuditDataset", "AuditRow", "audit_frame", "audit_markdown", "load_dataset",
+           "plot_audit", "run_audit"]
+
+#: The gates the audit table shows, in this order (the exclusion gates as one column).
+AUDIT_GATES = (
+    "recall",
+    "exclusion",
+    "boundary on every returned id",
+    "noninterference by rebuild",
+    "noninterference by bait",
+)
+_WHY_ORDER = ("boundary on every returned id", "noninterference by rebuild", "noninterference by bait",
+              "search errors", "exclusion", "recall")
+_EXCLUSION = ("restricted exclusion", "superseded exclusion", "wrong_region exclusion", "abstention")
+
+
+@dataclass(frozen=True)
+class AuditDataset:
+    """Chunks, callers, cases, vectors and gate config: one corpus to audit on."""
+
+    name: str
+    chunks: tuple[PolicyChunk, ...]
+    callers: tuple[Caller, ...]
+    cases: tuple[Case, ...]
+    vectors: DenseSource | None
+    config: GateConfig
+
+
+def load_dataset(name: str, folder: str | Path) -> AuditDataset:
+    """A fixture folder: ``chunks.jsonl``, ``callers.json``, ``cases.jsonl``, ``gate.json`` and
+    ``vectors.json`` or ``vectors/<model>/`` (the first model folder, by name)."""
+    folder = Path(folder)
+    chunks = tuple(load_chunks(folder / "chunks.jsonl"))
+    callers = tuple(load_callers(folder / "callers.json"))
+    cases = tuple(load_cases(folder / "cases.jsonl"))
+    vectors_path: Path | None = folder / "vectors.json"
+    if not vectors_path.is_file():
+        models = sorted(p for p in (folder / "vectors").glob("*") if p.is_dir()) if (folder / "vectors").is_dir() else []
+        vectors_path = models[0] if models else None
+    config = load_gate_config(folder / "gate.json")
+    visible = visible_chunks(chunks, callers, cases, config.eval_date())  # hidden chunks need no vector
+    vectors = load_dense_source(vectors_path, visible, cases) if vectors_path is not None else None
+    return AuditDataset(name, chunks, callers, cases, vectors, config)
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One subject on one dataset: the status of each of :data:`AUDIT_GATES` and why a gate failed."""
+
+    subject: str
+    dataset: str
+    statuses: Mapping[str, str]
+    why: Mapping[str, str]
+    exit_code: int
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "statuses", MappingProxyType(dict(self.statuses)))
+        object.__setattr__(self, "why", MappingProxyType(dict(self.why)))
+
+
+def _row(subject: str, dataset: str, run: GateRun) -> AuditRow:
+    by_name = {g.name: g for g in run.gates}
+    statuses, why = {}, {}
+    recall = [g for g in run.gates if g.family == "recall" and g.name.endswith("hybrid")]
+    groups = {"recall": recall, "exclusion": [by_name[n] for n in _EXCLUSION if n in by_name]}
+    for column in AUDIT_GATES:
+        gates = groups.get(column) or ([by_name[column]] if column in by_name else [])
+        if not gates:
+            statuses[column] = "NOT RUN"
+            continue
+        failed = [g for g in gates if not g.passed]
+        statuses[column] = "FAIL" if failed else ("PASS" if all(g.tested for g in gates) else "NOT TESTED")
+        if failed:
+            g = failed[0]
+            why[column] = g.findings[0] if g.findings else f"{g.name}: {g.detail}"
+    errors = by_name.get("search errors")
+    if errors is not None:
+        why["search errors"] = errors.findings[0]
+    return AuditRow(subject, dataset, statuses, why, 0 if run.passed else 1)
+
+
+def run_audit(
+    datasets: Sequence[AuditDataset],
+    subjects: Sequence[str] = tuple(SUBJECTS),
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> list[AuditRow]:
+    """Gate every subject on every dataset (latency not measured: the audit is about the boundary)."""
+    unknown = sorted(set(subjects) - set(SUBJECTS))
+    if unknown:
+        raise InvalidArgument(f"unknown audit subject(s) {unknown}; known: {list(SUBJECTS)}")
+    rows = []
+    for name in subjects:
+        subject: AuditSubject = SUBJECTS[name]
+        for data in datasets:
+            if progress is not None:
+                progress(f"{name} on {data.name}")
+            factory = None
+            try:
+                factory = subject.make(data.config)
+                run = gate_retriever(factory, data.chunks, data.callers, data.cases, data.vectors, data.config,
+                                     measure=False, label=name)
+                rows.append(_row(name, data.name, run))
+            except LabError as exc:
+                rows.append(AuditRow(name, data.name, dict.fromkeys(AUDIT_GATES, "ERROR"), {}, 2, error=str(exc)))
+            finally:
+                if factory is not None:
+                    close_subject(factory)
+    return rows
+
+
+def audit_frame(rows: Sequence[AuditRow]) -> pd.DataFrame:
+    """One row per (subject, dataset): each gate's status, the exit code, and why the first failed gate failed."""
+    import pandas as pd
+
+    records = []
+    for row in rows:
+        record: dict[str, Any] = {"subject": row.subject, "dataset": row.dataset, **row.statuses,
+                                  "exit": row.exit_code}
+        # The boundary and noninterference findings first: they are what the audit is for.
+        order = sorted(row.why, key=lambda g: _WHY_ORDER.index(g) if g in _WHY_ORDER else len(_WHY_ORDER))
+        record["why"] = row.error or (f"{order[0]}: {row.why[order[0]]}" if order else "")
+        records.append(record)
+    return pd.DataFrame(records, columns=["subject", "dataset", *AUDIT_GATES, "exit", "why"])
+
+
+def audit_markdown(rows: Sequence[AuditRow]) -> str:
+    """The audit table as Markdown (the README's and notebook 13's)."""
+    frame = audit_frame(rows)
+    header = "| " + " | ".join(frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(str(v).replace("|", "\\|") for v in record) + " |"
+            for record in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body]) + "\n"
+
+
+_COLORS = {"PASS": "#4c9a2a", "FAIL": "#c0392b", "NOT TESTED": "#bbbbbb", "NOT RUN": "#eeeeee", "ERROR": "#7f4f9f"}
+
+
+def plot_audit(rows: Sequence[AuditRow]) -> Figure:
+    """A grid: one row per (subject, dataset), one column per gate, coloured by status."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    labels = [f"{r.subject} / {r.dataset}" for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.42 * len(rows) + 1.6))
+    for y, row in enumerate(rows):
+        for x, gate in enumerate(AUDIT_GATES):
+            status = row.statuses.get(gate, "NOT RUN")
+            ax.add_patch(plt.Rectangle((x, y), 0.95, 0.9, color=_COLORS[status]))
+            ax.text(x + 0.475, y + 0.45, status, ha="center", va="center", fontsize=7,
+                    color="white" if status in ("PASS", "FAIL", "ERROR") else "black")
+    ax.set_xlim(0, len(AUDIT_GATES))
+    ax.set_ylim(len(rows), 0)
+    ax.set_xticks([x + 0.475 for x in range(len(AUDIT_GATES))])
+    ax.set_xticklabels([g.replace("noninterference by ", "noninterference:\n").replace(" on every", "\non every")
+                        for g in AUDIT_GATES], fontsize=8)
+    ax.xaxis.tick_top()
+    ax.set_yticks([y + 0.45 for y in range(len(rows))])
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.legend(handles=[Patch(color=c, label=s) for s, c in _COLORS.items()], loc="upper center",
+              bbox_to_anchor=(0.5, -0.02), ncol=len(_COLORS), fontsize=8, frameon=False)
+    ax.set_title("Which gates each retriever passes", pad=32)
+    fig.tight_layout()
+    return fig
+
+

@@ -1,0 +1,78 @@
+"""``labsrc audit``: put the retrievers teams deploy through the gate, and print which gates each passes.
+
+Runs every subject in :data:`labsrc.audit.SUBJECTS` (or those named) on the
+lesson and the coursework's policy corpus (or ``--data`` folders), and prints
+the audit table in Markdown: the table in the README and notebook 13 comes from
+this command. Exit status: 0 when the table was made (whatever it says), 2 on
+bad input or a missing extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from labsrc.audit import SUBJECTS, audit_frame, audit_markdown, load_dataset, plot_audit, run_audit
+from labsrc.cli.outputs import check_out_file
+from labsrc.datasets.lesson import fixtures_dir
+from labsrc.errors import InvalidArgument
+
+__all__ = ["register", "run"]
+
+
+def _datasets(values: list[str] | None) -> list[tuple[str, Path]]:
+    if not values:
+        root = fixtures_dir()
+        return [("lesson", root / "lesson"), ("policies", root / "policies")]
+    out = []
+    for value in values:
+        name, sep, folder = value.partition("=")
+        path = Path(folder if sep else name)
+        if not path.is_dir():
+            raise InvalidArgument(f"--data {value!r}: {path} is not a folder (chunks.jsonl, callers.json, cases.jsonl, gate.json)")
+        out.append((name if sep else path.name, path))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    for path, flag in ((args.json, "--json"), (args.markdown, "--markdown"), (args.plot, "--plot")):
+        if path:
+            check_out_file(path, flag)
+    datasets = [load_dataset(name, folder) for name, folder in _datasets(args.data)]
+    progress = None if args.no_progress else (lambda what: print(f"auditing {what} ...", file=sys.stderr))
+    rows = run_audit(datasets, args.subjects or tuple(SUBJECTS), progress=progress)
+    table = audit_markdown(rows)
+    print(table, end="")
+    if args.markdown:
+        Path(args.markdown).write_text(table, encoding="utf-8")
+    if args.json:
+        records = audit_frame(rows).to_dict(orient="records")
+        Path(args.json).write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
+    if args.plot:
+        from labsrc.evaluation.plots import save_figure
+
+        save_figure(plot_audit(rows), args.plot)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "audit",
+        help="put real retrievers (LangChain, tantivy, Qdrant, pgvector HNSW) through the gate",
+        description=(
+            "Gate each audited retriever on the lesson and the policy corpus (or --data folders) and print "
+            "which gates each passes, with the first finding of each failed gate. Needs the audit and postgres "
+            "extras for every subject. Exit status: 0 the table was made, 2 bad input."
+        ),
+    )
+    parser.add_argument("--subjects", nargs="+", choices=list(SUBJECTS), metavar="NAME",
+                        help=f"subjects to audit (default: all of {', '.join(SUBJECTS)})")
+    parser.add_argument("--data", nargs="+", metavar="[NAME=]DIR",
+                        help="fixture folders to audit on (default: fixtures/lesson and fixtures/policies)")
+    parser.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
+    parser.add_argument("--json", metavar="FILE", help="also write the table as JSON records")
+    parser.add_argument("--plot", metavar="PNG", help="also draw the table as a grid of statuses")
+    parser.add_argument("--no-progress", action="store_true", help="do not print which subject is running")
+    parser.set_defaults(func=run)

@@ -1,0 +1,106 @@
+"""Driver errors as lab errors: one line that names the server and the cause, never a raw psycopg traceback.
+
+=========================================  ======================  ===================================
+what went wrong                            psycopg raises          the engine raises
+=========================================  ======================  ===================================
+a lock held too long (``lock_timeout``)    ``LockNotAvailable``    ``LabError`` naming the timeout
+a statement too slow (``statement_timeout``)  ``QueryCanceled``    ``LabError`` naming the timeout
+no connection in time, server gone         ``OperationalError``,   ``LabError`` naming the server
+                                           ``PoolTimeout``
+a value over a size limit                  ``ProgramLimitExceeded``  ``InvalidArgument``
+a value PostgreSQL cannot store            ``DataError``,          ``InvalidArgument``
+                                           ``UnicodeEncodeError``
+=========================================  ======================  ===================================
+
+The CLI maps every :class:`~labsrc.errors.LabError` to exit status 2 and prints its one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from labsrc.errors import InvalidArgument, LabError
+
+if TYPE_CHECKING:
+    from labsrc.engines.pool import Timeouts
+
+__all__ = ["driver_errors", "first_line", "server_name", "translate"]
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (psycopg adds DETAIL and HINT lines)."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__
+
+
+def server_name(dsn: str) -> str:
+    """Where a DSN points, without its password: ``host:port/dbname`` or ``socket DIR, database DB``."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        params = conninfo_to_dict(dsn)
+    except Exception:  # not a DSN at all: say so with its text (there is no password to hide in it)
+        return repr(dsn[:80])
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    port = str(params.get("port") or "5432")
+    database = str(params.get("dbname") or params.get("user") or "")
+    if host.startswith("/"):
+        return f"socket {host}, database {database}" if database else f"socket {host}"
+    return f"{host}:{port}/{database}" if database else f"{host}:{port}"
+
+
+def translate(exc: BaseException, server: str, timeouts: Timeouts) -> LabError:
+    """The :class:`LabError` (or :class:`InvalidArgument`) that names ``exc``'s cause in one line."""
+    import psycopg
+    from psycopg import errors
+
+    cause = first_line(exc)
+    if isinstance(exc, UnicodeError):
+        return InvalidArgument(f"PostgreSQL at {server} cannot take a value: {cause} (text must be valid UTF-8)")
+    if isinstance(exc, errors.LockNotAvailable):
+        return LabError(
+            f"PostgreSQL at {server}: waited longer than the lock timeout ({timeouts.lock:g} s) "
+            f"for a lock another session holds: {cause}"
+        )
+    if isinstance(exc, errors.QueryCanceled):
+        return LabError(f"PostgreSQL at {server}: a statement ran past the statement timeout ({timeouts.statement:g} s): {cause}")
+    if isinstance(exc, errors.ProgramLimitExceeded):
+        return InvalidArgument(f"PostgreSQL at {server} refused a value over its size limit: {cause}")
+    if isinstance(exc, psycopg.DataError):
+        return InvalidArgument(f"PostgreSQL at {server} refused a value: {cause}")
+    if _is_pool_timeout(exc):
+        return LabError(
+            f"PostgreSQL at {server}: no connection within the connect timeout ({timeouts.connect:g} s): {cause}"
+        )
+    if isinstance(exc, psycopg.OperationalError):
+        return LabError(
+            f"PostgreSQL at {server} is unreachable (connect timeout {timeouts.connect:g} s): {cause}"
+        )
+    return LabError(f"PostgreSQL at {server}: {type(exc).__name__}: {cause}")
+
+
+def _is_pool_timeout(exc: BaseException) -> bool:
+    try:
+        from psycopg_pool import PoolTimeout
+    except ImportError:  # pragma: no cover - the postgres extra installs it
+        return False
+    return isinstance(exc, PoolTimeout)
+
+
+@contextmanager
+def driver_errors(server: str, timeouts: Timeouts) -> Iterator[None]:
+    """Re-raise psycopg's (and the pool's) errors inside the block as :func:`translate` says."""
+    import psycopg
+
+    try:
+        from psycopg_pool import PoolTimeout
+    except ImportError:  # pragma: no cover
+        PoolTimeout = psycopg.OperationalError  # noqa: N806
+    try:
+        yield
+    except (psycopg.Error, PoolTimeout, UnicodeError) as exc:
+        raise translate(exc, server, timeouts) from exc

@@ -1,0 +1,214 @@
+"""Gate rules: from replayed cases (and timings) to one verdict per gate, in the table's order.
+
+:data:`GATE_TABLE` says, per gate family, what to freeze and what a failure
+means; :func:`evaluate_gates` applies every rule to a run's
+:class:`~labsrc.evaluation.outcomes.CaseOutcome` records. A failed gate carries
+``findings``: one line per problem, naming the case, the chunk, its rank and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+
+from labsrc.evaluation.bait import BAIT_REASONS
+from labsrc.evaluation.budgets import BUDGET_STAGES, REQUEST_STAGE
+from labsrc.evaluation.config import LANES, GateConfig
+from labsrc.evaluation.latency import LatencyReport
+from labsrc.evaluation.metrics import recall_at_k
+from labsrc.evaluation.outcomes import CaseOutcome, lane_recall
+from labsrc.evaluation.verdicts import GateResult, not_tested, plural
+from labsrc.records.cases import NEGATIVE_KINDS
+
+__all__ = ["GATE_TABLE", "evaluate_gates"]
+
+GATE_TABLE: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "recall": (
+            "the query and the id of the required current chunk",
+            "the right evidence never reaches context selection",
+        ),
+        "hybrid": (
+            "the same positive cases, scored per lane",
+            "fusion loses (or, under 'strict', fails to add) evidence a single lane finds",
+        ),
+        "restricted": ("queries that strongly match hidden chunks", "the retriever boundary is unsafe"),
+        "superseded": ("queries that match old policy wording", "the freshness filter regressed"),
+        "wrong_region": ("a caller from another region asking a matching query", "the region filter regressed"),
+        "abstention": (
+            "questions with no permitted supporting evidence",
+            "retrieval or the answer layer overreaches",
+        ),
+        "boundary": (
+            "every id each lane and the fused list return, at top_k and at full depth",
+            "the retriever returned evidence the caller may not see",
+        ),
+        "rebuild": (
+            "each case replayed on a build over the caller's permitted chunks only",
+            "chunks the caller may not see change what the caller observes",
+        ),
+        "bait": (
+            "hidden chunks made to match each query, one per boundary rule",
+            "hidden evidence reaches a lane or moves a score",
+        ),
+        "errors": ("every search call of the run", "the retriever raised instead of answering"),
+        "latency": ("per-stage p50 and p95 budgets in ms", "a stage is too slow to ship"),
+    }
+)
+
+
+def _latency_gate(latency: LatencyReport, config: GateConfig, *, stages_reported: bool = True) -> GateResult:
+    """p50/p95 within budget. A retriever that reports no stages is held to the ``request`` budget only."""
+    p50_budgets, p95_budgets = dict(config.p50_budget_ms), dict(config.p95_budget_ms)
+    skipped: list[str] = []
+    if not stages_reported:
+        skipped = sorted({s for s in (*p50_budgets, *p95_budgets) if s not in latency.samples},
+                         key=BUDGET_STAGES.index)
+        p50_budgets = {s: b for s, b in p50_budgets.items() if s in latency.samples}
+        p95_budgets = {s: b for s, b in p95_budgets.items() if s in latency.samples}
+        if not p50_budgets and not p95_budgets:
+            measured = ""
+            if REQUEST_STAGE in latency.samples:
+                measured = (f"; measured {REQUEST_STAGE} p50 {latency.p50_ms[REQUEST_STAGE]:.3f} ms, "
+                            f"p95 {latency.p95_ms[REQUEST_STAGE]:.3f} ms")
+            reason = (f"the retriever reports no stage timings and the config budgets no '{REQUEST_STAGE}' stage "
+                      f"(add p95_budget_ms.{REQUEST_STAGE} to gate its end-to-end time){measured}")
+            return not_tested("latency p50/p95", "latency", "", config, reason=reason)
+    exceeded = latency.exceeded(p50_budgets, p95_budgets)
+    p50, p95 = latency.p50_ms, latency.p95_ms
+    over = []
+    for stat, values, budgets in (("p50", p50, p50_budgets), ("p95", p95, p95_budgets)):
+        for stage in exceeded[stat]:
+            measured = f"{values[stage]:.3f}" if stage in values else "not measured"
+            over.append(f"{stage} {stat} {measured} > {budgets[stage]:g} ms")
+    known = (*BUDGET_STAGES, *sorted(set(exceeded["p50"] + exceeded["p95"]) - set(BUDGET_STAGES)))
+    stages = tuple(s for s in known if s in exceeded["p50"] or s in exceeded["p95"])
+    summary = f"{len(p50_budgets)} p50 and {len(p95_budgets)} p95 budgets, {latency.requests} timed requests"
+    if skipped:
+        summary += f" (not reported by the retriever, so not gated: {', '.join(skipped)})"
+    detail = summary if not over else f"{summary}; " + "; ".join(over)
+    return GateResult("latency p50/p95", not stages, detail, family="latency", failing_stages=stages)
+
+
+def _boundary_gate(outcomes: Sequence[CaseOutcome]) -> GateResult:
+    flagged = [o for o in outcomes if o.violations]
+    hidden = sorted({v.chunk_id for o in flagged for v in o.violations})
+    detail = (f"{plural(len(outcomes), 'case')}, every lane at top_k and full depth: "
+              f"{plural(len(hidden), 'hidden id')} returned")
+    findings = tuple(v.describe() for o in flagged for v in o.violations)
+    return GateResult("boundary on every returned id", not flagged, detail,
+                      tuple(o.case.name for o in flagged), family="boundary", findings=findings)
+
+
+def _comparison_gate(outcomes: Sequence[CaseOutcome], kind: str, mode: str) -> GateResult:
+    compared = [(o, getattr(o, kind)) for o in outcomes if getattr(o, kind) is not None]
+    differing = [(o, c) for o, c in compared if c.differs]
+    findings = tuple(f"case {o.case.name!r}: {c.describe()}" for o, c in differing)
+    if kind == "rebuild":
+        name = "noninterference by rebuild"
+        what = "a build over the caller's permitted chunks only"
+    else:
+        name = "noninterference by bait"
+        what = f"a build with {len(BAIT_REASONS)} hidden bait chunks per query"
+    largest = max((c.max_score_diff for _, c in compared if not c.error), default=0.0)
+    detail = f"{plural(len(compared), 'case')} vs {what} ({mode}): {len(differing)} differ"
+    if mode == "exact" and largest:
+        detail += f", largest score difference {largest:.6g}"
+    return GateResult(name, not differing, detail, tuple(o.case.name for o, _ in differing),
+                      family=kind, findings=findings)
+
+
+def evaluate_gates(
+    outcomes: Sequence[CaseOutcome],
+    config: GateConfig | None = None,
+    latency: LatencyReport | None = None,
+) -> list[GateResult]:
+    """Every gate's verdict, in the lesson's table order (latency last, when measured)."""
+    config = config or GateConfig()
+    k = config.top_k
+    recall = lane_recall(outcomes, k)
+    positives = [o for o in outcomes if o.case.kind == "positive"]
+    results: list[GateResult] = []
+    lanes_reported = all(o.lanes_reported for o in outcomes)
+    fused_only = "the retriever returns only its fused list, so its lanes cannot be measured"
+
+    for lane in LANES:
+        name = f"recall@{k} {lane}"
+        if not positives:
+            results.append(not_tested(name, "recall", "positive cases", config))
+            continue
+        if lane != "hybrid" and not lanes_reported:
+            untested = not_tested(name, "recall", "", config, reason=fused_only)
+            if lane in config.min_recall:  # the config requires this lane: not measuring it fails
+                untested = GateResult(name, False, f"{fused_only}, but the config sets min_recall[{lane!r}]",
+                                      family="recall", tested=False)
+            results.append(untested)
+            continue
+        threshold = config.min_recall.get(lane)
+        missed = tuple(o.case.name for o in positives if recall_at_k(o.ids[lane], o.case.expected, k) < 1.0)
+        passed = threshold is None or recall[lane] >= threshold
+        bound = "reported only" if threshold is None else f">= {threshold:.2f}"
+        detail = f"{recall[lane]:.2f} ({bound}; {plural(len(positives), 'positive case')})"
+        failing = missed if threshold is not None and not passed else ()
+        findings = tuple(
+            f"case {o.case.name!r}: {[e for e in o.case.expected if e not in o.ids[lane][:k]]} not in {lane}'s top {k} "
+            f"(it returned {list(o.ids[lane][:k])})"
+            for o in positives if o.case.name in failing
+        )
+        results.append(GateResult(name, passed, detail, failing, family="recall", findings=findings))
+
+    if config.hybrid_rule != "off":
+        lanes_only = [recall[lane] for lane in LANES if lane != "hybrid"]
+        if config.hybrid_rule == "strict":
+            passed, relation = all(recall["hybrid"] > r for r in lanes_only), ">"
+        else:
+            passed, relation = all(recall["hybrid"] >= r for r in lanes_only), ">="
+        name = f"hybrid {relation} each lane"
+        if not positives:
+            results.append(not_tested(name, "hybrid", "positive cases", config))
+        elif not lanes_reported:
+            results.append(not_tested(name, "hybrid", "", config, reason=fused_only))
+        else:
+            detail = f"hybrid {recall['hybrid']:.2f} vs bm25 {recall['bm25']:.2f}, dense {recall['dense']:.2f}"
+            results.append(GateResult(name, passed, detail, family="hybrid"))
+
+    for kind in NEGATIVE_KINDS:
+        group = [o for o in outcomes if o.case.kind == kind]
+        if not group:
+            results.append(not_tested(f"{kind} exclusion", kind, f"{kind} cases", config))
+            continue
+        leaks = tuple(o.case.name for o in group if o.leaked())
+        detail = f"{plural(len(group), 'case')}, {len(leaks)} leaked (all lanes, full depth)"
+        findings = tuple(f"case {o.case.name!r}: forbidden {list(o.leaked())} reached a lane" for o in group if o.leaked())
+        results.append(GateResult(f"{kind} exclusion", not leaks, detail, leaks, family=kind, findings=findings))
+
+    absent = [o for o in outcomes if o.case.kind == "absent"]
+    if not absent:
+        results.append(not_tested("abstention", "abstention", "absent cases", config))
+    else:
+        overreach = tuple(o.case.name for o in absent if o.overreach())
+        returned = sum(len(set(o.returned) - set(o.case.forbidden)) for o in absent)
+        # What was checked (no forbidden id as evidence), then what came back anyway: permitted ids a reviewer
+        # should look at, which do not fail the gate.
+        detail = (f"{plural(len(absent), 'case')}, {len(overreach)} returned a forbidden id; "
+                  f"{plural(returned, 'other fused id')} returned, for review")
+        findings = tuple(f"case {o.case.name!r}: returned {list(o.overreach())} as evidence" for o in absent if o.overreach())
+        results.append(GateResult("abstention", not overreach, detail, overreach, family="abstention", findings=findings))
+
+    if outcomes:
+        results.append(_boundary_gate(outcomes))
+    if any(o.rebuild is not None for o in outcomes):
+        results.append(_comparison_gate(outcomes, "rebuild", config.noninterference))
+    if any(o.bait is not None for o in outcomes):
+        results.append(_comparison_gate(outcomes, "bait", config.noninterference))
+    raised = [o for o in outcomes if o.error]
+    if raised:
+        results.append(GateResult(
+            "search errors", False, f"{plural(len(raised), 'case')} of {len(outcomes)} raised",
+            tuple(o.case.name for o in raised), family="errors",
+            findings=tuple(f"case {o.case.name!r}: {o.error}" for o in raised),
+        ))
+
+    if latency is not None:
+        results.append(_latency_gate(latency, config, stages_reported=lanes_reported))
+    return results

@@ -1,0 +1,269 @@
+"""The plug-in contract: any retriever, built by a factory, observed the same way.
+
+A retriever the lab did not build enters the gate as a **factory**::
+
+    def factory(chunks: tuple[PolicyChunk, ...], vectors: DenseSource | None) -> Subject
+
+It is called with *every* stored chunk (hidden ones included: the retriever's own
+boundary must keep them out) and the dense source (``None`` when the run has no
+vectors). The object it returns needs one method,
+``search(query, caller, on_date, top_k)``, returning either
+
+* a :class:`~labsrc.retriever.policy.RetrievalResult` (lanes and trace; the lab's
+  retrievers, :class:`~labsrc.retriever.PolicyRetriever` and
+  :class:`~labsrc.engines.postgres.PostgresRetriever`, are factories as they are), or
+* a sequence of ``(chunk_id, score)`` pairs, best first: the fused list only.
+
+:func:`observe` turns either into an :class:`Observation`; a ``search`` that
+raises becomes an observation with ``error`` set, so one bad case does not stop
+the run. :func:`build_subject` calls a factory and turns anything it raises into a
+:class:`SubjectError` naming the user's own file and line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import math
+import numbers
+import sys
+import sysconfig
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Protocol, runtime_checkable
+
+from labsrc.errors import LabError
+from labsrc.lanes.dense import DenseSource
+from labsrc.records.policy import Caller, PolicyChunk
+from labsrc.retriever.policy import RetrievalResult
+
+__all__ = [
+    "Factory",
+    "Observation",
+    "Subject",
+    "SubjectError",
+    "build_subject",
+    "close_subject",
+    "describe_exception",
+    "factory_name",
+    "observe",
+    "subject_versions",
+]
+
+#: The lanes an observation can hold: the fused list (``hybrid``) always, the other two when reported.
+OBSERVED_LANES = ("bm25", "dense", "hybrid")
+
+
+@runtime_checkable
+class Subject(Protocol):
+    """What a factory returns: anything with ``search(query, caller, on_date, top_k)``."""
+
+    def search(self, query: str, caller: Caller, on_date: dt.date, top_k: int) -> Any: ...
+
+
+#: ``factory(chunks, vectors) -> Subject``: every stored chunk and the dense source (or None).
+Factory = Callable[[tuple[PolicyChunk, ...], "DenseSource | None"], Subject]
+
+
+class SubjectError(LabError):
+    """A factory could not be imported or built, or built something that cannot search."""
+
+
+_LAB_DIR = str(Path(__file__).resolve().parents[1])
+_LIBRARY_DIRS = tuple(
+    str(Path(p).resolve()) for p in {sysconfig.get_path("stdlib"), sysconfig.get_path("purelib"), sysconfig.get_path("platlib")} if p
+)
+
+
+def _frame_rank(filename: str) -> int:
+    """2 for the user's own code, 1 for a library's, 0 for the lab's (where to point an error)."""
+    path = str(Path(filename).resolve()) if filename and not filename.startswith("<") else filename
+    if path.startswith(_LAB_DIR):
+        return 0
+    if any(path.startswith(d) for d in _LIBRARY_DIRS) or "site-packages" in path:
+        return 1
+    return 2
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"ValueError: boom (my_retriever.py:12)"``: the error and where in the user's code it arose.
+
+    The location is the deepest frame in the user's own files; failing that, the
+    deepest outside the lab. A ``SyntaxError`` names its own file and line.
+    """
+    message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{type(exc).__name__}: {exc.msg} ({exc.filename}:{exc.lineno})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    best = None
+    for frame in frames:
+        rank = _frame_rank(frame.filename)
+        if rank and (best is None or rank >= best[0]):
+            best = (rank, frame)
+    if best is None:
+        return message
+    return f"{message} ({best[1].filename}:{best[1].lineno})"
+
+
+def factory_name(factory: object) -> str:
+    """``module:qualname`` of a factory, for messages and reports."""
+    module = getattr(factory, "__module__", None) or type(factory).__module__
+    loaded = sys.modules.get(module)
+    if module.startswith("labsrc_plugin_") and getattr(loaded, "__file__", None):  # imported from a path
+        module = Path(loaded.__file__).name  # type: ignore[union-attr,arg-type]
+    name = getattr(factory, "__qualname__", None) or getattr(factory, "__name__", None)
+    if name is None:  # functools.partial, a callable instance
+        inner = getattr(factory, "func", None)
+        return factory_name(inner) if inner is not None else f"{module}:{type(factory).__qualname__}"
+    return f"{module}:{name}"
+
+
+def build_subject(
+    factory: Factory, chunks: Sequence[PolicyChunk], vectors: DenseSource | None, *, what: str = "build"
+) -> Subject:
+    """``factory(tuple(chunks), vectors)``, checked: anything it raises becomes a :class:`SubjectError`."""
+    if not callable(factory):
+        raise SubjectError(f"the factory must be callable as factory(chunks, vectors), not {type(factory).__name__}")
+    try:
+        subject = factory(tuple(chunks), vectors)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        raise SubjectError(
+            f"{factory_name(factory)} raised while building ({what}, {len(chunks)} chunks): {describe_exception(exc)}"
+        ) from exc
+    if not callable(getattr(subject, "search", None)):
+        close_subject(subject)
+        raise SubjectError(
+            f"{factory_name(factory)} returned {type(subject).__name__}, which has no "
+            "search(query, caller, on_date, top_k) method"
+        )
+    return subject
+
+
+def close_subject(subject: object) -> None:
+    """Call ``subject.close()`` when it has one (an engine holding a server); never raises."""
+    close = getattr(subject, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:  # closing is best effort: the run's verdict is already decided
+            pass
+
+
+def subject_versions(subject: object, on_date: dt.date, fallback: str) -> dict[str, str]:
+    """The subject's own ``versions(on_date)`` when it has one, else ``{"retriever": fallback}``."""
+    versions = getattr(subject, "versions", None)
+    if callable(versions):
+        try:
+            return {str(k): str(v) for k, v in dict(versions(on_date)).items()}
+        except Exception:
+            pass
+    return {"retriever": fallback}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one ``search`` call showed the caller.
+
+    ``lanes`` maps ``hybrid`` (the fused list) and, when the retriever reports
+    them, ``bm25`` and ``dense`` to ``(chunk_id, score)`` pairs, best first.
+    ``trace`` is the result's trace without timings (``None`` for a pairs-only
+    retriever). ``timings_ms`` holds the retriever's own stage timings, or, when
+    it reports none, the gate's wall clock around the call as ``request``.
+    ``error`` is set, and every list empty, when ``search`` raised or broke the contract.
+    """
+
+    lanes: Mapping[str, tuple[tuple[str, float], ...]]
+    trace: Mapping[str, Any] | None = None
+    timings_ms: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        lanes = {lane: tuple((str(i), float(s)) for i, s in pairs) for lane, pairs in self.lanes.items()}
+        lanes.setdefault("hybrid", ())
+        object.__setattr__(self, "lanes", MappingProxyType(lanes))
+        object.__setattr__(self, "timings_ms", MappingProxyType(dict(self.timings_ms)))
+        if self.trace is not None:
+            object.__setattr__(self, "trace", MappingProxyType(dict(self.trace)))
+
+    @property
+    def lanes_reported(self) -> bool:
+        """Whether the retriever reported its lanes (a ``RetrievalResult``), not only the fused list."""
+        return "bm25" in self.lanes
+
+    def ids(self, lane: str) -> tuple[str, ...]:
+        return tuple(i for i, _ in self.lanes.get(lane, ()))
+
+    def scores(self, lane: str) -> tuple[float, ...]:
+        return tuple(s for _, s in self.lanes.get(lane, ()))
+
+
+def _accepts_query_kind(search: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(search).parameters
+    except (TypeError, ValueError):
+        return False
+    return "query_kind" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
+def _pairs(out: Any, top_k: int) -> tuple[tuple[str, float], ...]:
+    """Validate a pairs-only answer: a sequence of ``(chunk_id, score)``, unique ids, finite scores, at most top_k."""
+    if isinstance(out, (str, bytes, Mapping)) or not hasattr(out, "__iter__"):
+        raise TypeError(f"search returned {type(out).__name__}; expected a RetrievalResult or (chunk_id, score) pairs")
+    pairs: list[tuple[str, float]] = []
+    for rank, item in enumerate(out, start=1):
+        if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != 2:
+            raise TypeError(f"result {rank} is {item!r}; expected a (chunk_id, score) pair")
+        chunk_id, score = item
+        if isinstance(chunk_id, PolicyChunk):
+            chunk_id = chunk_id.chunk_id
+        if not isinstance(chunk_id, str):
+            raise TypeError(f"result {rank} has chunk_id {chunk_id!r} ({type(chunk_id).__name__}); expected a str")
+        if isinstance(score, bool) or not isinstance(score, numbers.Real) or not math.isfinite(float(score)):
+            raise TypeError(f"result {rank} ({chunk_id!r}) has score {score!r}; expected a finite number")
+        pairs.append((chunk_id, float(score)))
+    ids = [i for i, _ in pairs]
+    if len(set(ids)) != len(ids):
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        raise TypeError(f"search returned the same chunk more than once: {repeated}")
+    if len(pairs) > top_k:
+        raise TypeError(f"search returned {len(pairs)} results for top_k={top_k}")
+    return tuple(pairs)
+
+
+def observe(
+    subject: Subject, query: str, caller: Caller, on_date: dt.date, top_k: int, *, query_kind: str = "adhoc"
+) -> Observation:
+    """Call ``subject.search`` once and record what it showed.
+
+    Whatever the subject raises becomes the observation's ``error`` (the case fails, the run goes on),
+    except a :class:`~labsrc.errors.LabError`: the lab's own refusal of bad input stops the run.
+    """
+    search = subject.search
+    kwargs = {"query_kind": query_kind} if _accepts_query_kind(search) else {}
+    start = time.perf_counter()
+    try:
+        out = search(query, caller, on_date, top_k, **kwargs)
+        elapsed = (time.perf_counter() - start) * 1000.0
+        if isinstance(out, RetrievalResult):
+            lanes = {
+                "bm25": tuple((c.chunk_id, s) for c, s in out.sparse),
+                "dense": tuple((c.chunk_id, s) for c, s in out.dense),
+                "hybrid": tuple((c.chunk_id, s) for c, s in out.fused),
+            }
+            for lane, pairs in lanes.items():
+                if len(pairs) > top_k:
+                    raise TypeError(f"the {lane} lane returned {len(pairs)} results for top_k={top_k}")
+            return Observation(lanes, out.trace.to_dict(include_timings=False), out.trace.timings_ms)
+        return Observation({"hybrid": _pairs(out, top_k)}, None, {"request": elapsed})
+    except (KeyboardInterrupt, SystemExit, LabError):
+        # The lab's own errors mean bad input (a query with no stored vector, a bad argument): the run
+        # stops with that message and exit 2, as before. Anything else is the subject's failure.
+        raise
+    except Exception as exc:
+        return Observation({"hybrid": ()}, None, {}, error=describe_exception(exc))

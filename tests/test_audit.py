@@ -1,0 +1,116 @@
+"""The audit: real retrievers through the gate, and the table ``labsrc audit`` prints.
+
+What each subject passes or fails is a measured fact about that library's
+design; these tests pin the findings the README and notebook 13 report, so a
+change in either side shows up here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+import labsrc
+from labsrc.audit import SUBJECTS, audit_frame, audit_markdown, load_dataset, plot_audit, run_audit
+from labsrc.audit.langchain_ensemble import LangChainEnsemble
+from labsrc.audit.qdrant_filter import QdrantFilter
+from labsrc.audit.tantivy_filter import TantivyFilter
+from labsrc.cli.main import main
+from labsrc.datasets.lesson import fixtures_dir
+from pg_support import requires_postgres
+
+IN_MEMORY = ("policy-retriever", "langchain-ensemble", "tantivy-filter", "qdrant-filter")
+
+
+@pytest.fixture(scope="module")
+def lesson_data():
+    return load_dataset("lesson", fixtures_dir() / "lesson")
+
+
+@pytest.fixture(scope="module")
+def rows(lesson_data):
+    return {r.subject: r for r in run_audit([lesson_data], IN_MEMORY)}
+
+
+@pytest.mark.parametrize("subject", [LangChainEnsemble, TantivyFilter, QdrantFilter])
+def test_every_subject_answers_pairs_and_handles_an_empty_corpus(subject, data: labsrc.Lesson) -> None:
+    built = subject(data.chunks, data.vectors)
+    hits = built.search("RPL-14 damaged refurbished laptop", data.luna, data.eval_date, 2)
+    assert len(hits) <= 2 and all(isinstance(i, str) and isinstance(s, float) for i, s in hits)
+    assert subject((), None).search("anything", data.luna, data.eval_date, 2) == []
+
+
+def test_every_subject_keeps_hidden_chunks_out_of_its_results(rows) -> None:
+    # Each filters by metadata the way its documentation says, and none returns a hidden id.
+    assert {name: row.statuses["boundary on every returned id"] for name, row in rows.items()} == dict.fromkeys(IN_MEMORY, "PASS")
+
+
+def test_the_control_passes_every_gate(rows) -> None:
+    assert set(rows["policy-retriever"].statuses.values()) == {"PASS"} and rows["policy-retriever"].exit_code == 0
+
+
+def test_tantivy_scores_with_statistics_over_every_stored_chunk(rows) -> None:
+    row = rows["tantivy-filter"]
+    assert row.statuses["noninterference by rebuild"] == "FAIL"
+    assert "scores differ by up to" in row.why["noninterference by rebuild"]
+
+
+def test_langchain_post_filters_so_bait_shortens_its_lists(rows) -> None:
+    row = rows["langchain-ensemble"]
+    assert row.statuses["noninterference by bait"] == "FAIL"
+    assert "(a short list)" in row.why["noninterference by bait"]
+
+
+def test_qdrant_filters_inside_the_search_and_passes_on_the_lesson(rows) -> None:
+    row = rows["qdrant-filter"]
+    assert row.statuses["noninterference by rebuild"] == row.statuses["noninterference by bait"] == "PASS"
+
+
+def test_table_and_plot(rows) -> None:
+    ordered = [rows[name] for name in IN_MEMORY]
+    frame = audit_frame(ordered)
+    assert list(frame["subject"]) == list(IN_MEMORY)
+    assert frame.loc[frame.subject == "tantivy-filter", "why"].item().startswith("noninterference by rebuild: case ")
+    markdown = audit_markdown(ordered)
+    assert markdown.splitlines()[0].startswith("| subject | dataset | recall | exclusion | boundary")
+    assert len(markdown.splitlines()) == 2 + len(IN_MEMORY)
+    figure = plot_audit(ordered)
+    assert len(figure.axes[0].patches) == len(IN_MEMORY) * 5
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+
+
+def test_cli_writes_the_table(tmp_path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["audit", "--subjects", "policy-retriever", "qdrant-filter", "--data", f"lesson={fixtures_dir() / 'lesson'}",
+                     "--json", str(tmp_path / "audit.json"), "--no-progress"])
+    assert code == 0, err.getvalue()
+    records = json.loads((tmp_path / "audit.json").read_text())
+    assert [r["subject"] for r in records] == ["policy-retriever", "qdrant-filter"]
+    assert out.getvalue().startswith("| subject | dataset |")
+
+
+def test_unknown_subject_is_misuse() -> None:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as stop:
+        main(["audit", "--subjects", "nope"])
+    assert stop.value.code == 2
+
+
+@requires_postgres
+def test_pgvector_subjects_and_the_postgres_control(lesson_data) -> None:
+    names = ("postgres-exact", "pgvector-hnsw-off", "pgvector-hnsw-on")
+    found = {r.subject: r for r in run_audit([lesson_data], names)}
+    assert set(found["postgres-exact"].statuses.values()) == {"PASS"}
+    for name in names:
+        assert found[name].statuses["boundary on every returned id"] == "PASS", found[name]
+
+
+def test_subject_registry_names_its_extra() -> None:
+    assert {s.extra for s in SUBJECTS.values()} <= {"", "audit", "postgres"}
+    assert [s.name for s in SUBJECTS.values() if s.control] == ["policy-retriever", "postgres-exact"]

@@ -1,0 +1,112 @@
+"""The plug-in contract: what observe() accepts, what it refuses, and where errors point."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import pytest
+
+import labsrc
+from labsrc.audit.plugin import load_factory, parse_spec
+from labsrc.evaluation.subject import SubjectError, build_subject, describe_exception, observe
+
+DAY = dt.date(2026, 5, 27)
+ME = labsrc.Caller("me", "EU", {"t"})
+
+
+class Returns:
+    def __init__(self, value):
+        self.value = value
+
+    def search(self, query, caller, on_date, top_k):
+        return self.value
+
+
+def test_pairs_are_the_fused_list_and_the_request_is_timed() -> None:
+    seen = observe(Returns([("a", 2), ("b", 1.5)]), "q", ME, DAY, 2)
+    assert seen.lanes == {"hybrid": (("a", 2.0), ("b", 1.5))} and not seen.lanes_reported
+    assert set(seen.timings_ms) == {"request"} and seen.timings_ms["request"] >= 0
+
+
+def test_a_retrieval_result_keeps_its_lanes_and_trace(data: labsrc.Lesson) -> None:
+    seen = observe(labsrc.PolicyRetriever(data.chunks, data.vectors), "RPL-14", data.luna, data.eval_date, 2)
+    assert seen.lanes_reported and seen.ids("bm25") == ("eu-refurb-v2-rule",)
+    assert seen.trace is not None and "timings_ms" not in seen.trace
+    assert set(seen.timings_ms) == {"authorize", "bm25", "dense", "fusion"}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("a", "search returned str"),
+        ([("a",)], "result 1 is ('a',)"),
+        ([(1, 0.5)], "result 1 has chunk_id 1"),
+        ([("a", math.nan)], "has score nan"),
+        ([("a", True)], "has score True"),
+        ([("a", 1.0), ("a", 0.5)], "the same chunk more than once: ['a']"),
+        ([("a", 1.0), ("b", 0.5), ("c", 0.1)], "returned 3 results for top_k=2"),
+    ],
+)
+def test_a_broken_answer_becomes_the_cases_error(value, message) -> None:
+    seen = observe(Returns(value), "q", ME, DAY, 2)
+    assert seen.error is not None and message in seen.error and seen.ids("hybrid") == ()
+
+
+def test_an_exception_points_at_the_users_own_line(tmp_path) -> None:
+    plugin = tmp_path / "mine.py"
+    plugin.write_text("class R:\n    def search(self, q, c, d, k):\n        return {}['missing']\n\ndef make(c, v):\n    return R()\n")
+    subject = build_subject(load_factory(f"{plugin}:make"), (), None)
+    seen = observe(subject, "q", ME, DAY, 2)
+    assert seen.error == f"KeyError: 'missing' ({plugin}:3)"
+
+
+def test_query_kind_is_passed_only_to_searches_that_take_it(data: labsrc.Lesson) -> None:
+    kinds = []
+
+    class Takes:
+        def search(self, query, caller, on_date, top_k, *, query_kind="adhoc"):
+            kinds.append(query_kind)
+            return []
+
+    observe(Takes(), "q", ME, DAY, 2, query_kind="restricted")
+    observe(Returns([]), "q", ME, DAY, 2, query_kind="restricted")  # would raise TypeError if passed
+    assert kinds == ["restricted"]
+
+
+def test_build_subject_wraps_errors_and_checks_for_search() -> None:
+    def broken(chunks, vectors):
+        raise ValueError("bad")
+
+    with pytest.raises(SubjectError, match=r"raised while building \(build, 0 chunks\): ValueError: bad \(.*test_subject.py:\d+\)"):
+        build_subject(broken, (), None)
+    with pytest.raises(SubjectError, match="has no search"):
+        build_subject(lambda c, v: object(), (), None)
+    with pytest.raises(SubjectError, match="must be callable"):
+        build_subject("not callable", (), None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("spec", ["nocolon", "mod:", ":make", "mod:not-a-name"])
+def test_malformed_specs_are_refused(spec) -> None:
+    with pytest.raises(SubjectError, match="MODULE:FACTORY"):
+        parse_spec(spec)
+
+
+def test_dotted_factory_and_module_names(tmp_path) -> None:
+    assert load_factory("labsrc:PolicyRetriever") is labsrc.PolicyRetriever
+    assert load_factory("labsrc.retriever.policy:PolicyRetriever.search") is labsrc.PolicyRetriever.search
+    with pytest.raises(SubjectError, match="no such file"):
+        load_factory(f"{tmp_path}/absent.py:make")
+
+
+def test_describe_exception_without_traceback() -> None:
+    assert describe_exception(ValueError("plain")) == "ValueError: plain"
+
+
+def test_the_labs_own_refusal_of_bad_input_stops_the_run() -> None:
+    class Refuses:
+        def search(self, query, caller, on_date, top_k):
+            raise labsrc.InvalidArgument("query 'q' has no stored vector")
+
+    with pytest.raises(labsrc.InvalidArgument, match="no stored vector"):
+        observe(Refuses(), "q", ME, DAY, 2)
