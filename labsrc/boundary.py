@@ -15,6 +15,7 @@ from enum import Enum
 import numpy as np
 
 from labsrc.errors import InvalidArgument
+from labsrc.records.checks import check_caller, check_chunks
 from labsrc.records.policy import Caller, PolicyChunk
 
 __all__ = [
@@ -56,7 +57,9 @@ def is_permitted(caller: Caller, chunk: PolicyChunk, on_date: dt.date) -> bool:
 
 def permitted_chunks(caller: Caller, chunks: Iterable[PolicyChunk], on_date: dt.date) -> list[PolicyChunk]:
     """The caller's searchable universe on ``on_date``, in corpus order."""
+    check_caller(caller)
     _check_date(on_date)
+    chunks = check_chunks(chunks)
     return [chunk for chunk in chunks if is_permitted(caller, chunk, on_date)]
 
 
@@ -109,6 +112,7 @@ class BoundaryIndex:
 
     def mask(self, caller: Caller, on_date: dt.date) -> np.ndarray:
         """Boolean array over the corpus: True where the chunk is permitted."""
+        check_caller(caller)
         day = _check_date(on_date).toordinal()
         region = self._region_code.get(caller.region)
         if region is None:

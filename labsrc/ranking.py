@@ -10,7 +10,20 @@ import numpy as np
 
 from labsrc.errors import InvalidArgument
 
-__all__ = ["block_max_threshold", "check_top_k", "top_k_entries", "top_k_positions"]
+__all__ = [
+    "DEFAULT_MAX_QUERY_CHARS",
+    "block_max_threshold",
+    "check_max_query_chars",
+    "check_query",
+    "check_top_k",
+    "top_k_entries",
+    "top_k_positions",
+]
+
+#: The longest query text the retrievers accept by default, in characters (``max_query_chars=``).
+#: A search costs time linear in the query's length (about 0.2 s a megabyte on the lesson), but
+#: nobody types 100,000 characters: a longer text is refused at once, before it is analysed.
+DEFAULT_MAX_QUERY_CHARS = 100_000
 
 
 def check_top_k(top_k: object, name: str = "top_k") -> int:
@@ -20,6 +33,29 @@ def check_top_k(top_k: object, name: str = "top_k") -> int:
     if top_k <= 0:
         raise InvalidArgument(f"{name} must be > 0, got {top_k}")
     return int(top_k)
+
+
+def check_max_query_chars(max_query_chars: object) -> int | None:
+    """``max_query_chars`` must be a positive int, or ``None`` for no cap."""
+    if max_query_chars is None:
+        return None
+    return check_top_k(max_query_chars, "max_query_chars")
+
+
+def check_query(query: object, max_chars: int | None = DEFAULT_MAX_QUERY_CHARS, name: str = "query") -> str:
+    """``query`` must be a ``str`` of at most ``max_chars`` characters (``None``: any length).
+
+    Bytes are refused rather than guessed at: the caller knows their encoding.
+    """
+    if not isinstance(query, str):
+        hint = " (decode it first, e.g. query.decode('utf-8'))" if isinstance(query, (bytes, bytearray)) else ""
+        raise InvalidArgument(f"{name} must be a str, not {type(query).__name__}{hint}")
+    if max_chars is not None and len(query) > max_chars:
+        raise InvalidArgument(
+            f"{name} is {len(query):,} characters long; the limit is {max_chars:,} "
+            "(raise it with max_query_chars=, or None for no limit)"
+        )
+    return query
 
 
 #: The smallest positive float64, so ``scores >= _SMALLEST_POSITIVE`` is exactly ``scores > 0``.

@@ -132,3 +132,75 @@ def test_format_significance_has_a_row_per_pair():
     assert format_significance(lane_significance(per_query, "ndcg@10", permutations=1000)).splitlines()[2].split() == [
         "bm25", "rrf", "+0.1000", "<0.001"
     ]
+
+
+# --- issue 22: outputs checked before the run; Ctrl-C is one line and exit 130 -----------------
+
+
+@pytest.mark.parametrize("option", ["--json", "--run-dir"])
+def test_an_unwritable_output_is_exit_2_before_the_run(tiny: Path, tmp_path: Path, capsys, monkeypatch, option):
+    # Issue 22: `labsrc beir --json` or `--run-dir` into a read-only folder crashed with OSError after the run.
+    import labsrc.cli.beir as cli_beir
+
+    import os
+
+    import labsrc.cli.outputs as outputs
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    if os.geteuid() == 0:  # root writes anywhere: make the write probe meet what a user would
+        def refuse(*args, **kwargs):
+            raise PermissionError(13, "Permission denied")
+
+        monkeypatch.setattr(outputs.tempfile, "NamedTemporaryFile", refuse)
+    ran = []
+    monkeypatch.setattr(cli_beir, "load_lanes", lambda *a, **k: ran.append(1))
+    target = str(locked / ("m.json" if option == "--json" else "runs"))
+    try:
+        assert main(["beir", "--data", str(tiny), "--no-progress", option, target]) == 2
+    finally:
+        locked.chmod(0o700)
+    err = capsys.readouterr().err
+    assert ran == [] and "Traceback" not in err
+    assert err.startswith(f"labsrc: error: {option} {target}: cannot write in") and len(err.splitlines()) == 1
+    monkeypatch.undo()
+    monkeypatch.setattr(cli_beir, "load_lanes", lambda *a, **k: ran.append(1))
+    (tmp_path / "a-file").write_text("x", encoding="utf-8")
+    assert main(["beir", "--data", str(tiny), option, str(tmp_path / "a-file" / "below")]) == 2
+    assert ran == [] and "is a file" in capsys.readouterr().err
+
+
+def test_ctrl_c_prints_one_line_and_exits_130(tiny: Path, capsys, monkeypatch):
+    import labsrc.cli.beir as cli_beir
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_beir, "run_benchmark", interrupted)
+    assert main(["beir", "--data", str(tiny), "--lanes", "bm25", "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == "labsrc: interrupted" and "Traceback" not in err
+
+
+def test_a_real_sigint_in_a_beir_run_is_one_line_and_exit_130(tiny: Path):
+    # Issue 22: Ctrl-C in `labsrc beir` printed a 27-45 line KeyboardInterrupt traceback. The child
+    # sends itself SIGINT from inside the run, where a user's Ctrl-C would land.
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, sys\n"
+        "from labsrc.cli import beir\n"
+        "real = beir.run_benchmark\n"
+        "def run(*a, **k):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real(*a, **k)\n"
+        "beir.run_benchmark = run\n"
+        "from labsrc.cli.main import main\n"
+        f"sys.exit(main(['beir', '--data', {str(tiny)!r}, '--lanes', 'bm25', '--no-progress']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.splitlines()[-1] == "labsrc: interrupted"
+    assert len(proc.stderr.splitlines()) == 2  # the "loading ..." line, then this one

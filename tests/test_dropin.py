@@ -205,3 +205,18 @@ def test_precomputed_embeddings_are_used_as_given():
     assert [(h["chunk_id"], h["embed_rank"], h["bm25_rank"]) for h in hits] == [("c", 1, None)]
     with pytest.raises(labsrc.InvalidArgument, match="N = 3"):
         HybridRetriever.from_chunks(CHUNKS, embeddings=np.zeros((2, 3)))
+
+
+def test_hostile_queries_are_refused_or_answered_quickly():
+    # Issue 22: the drop-in retriever hung on long queries too (MaxScore's quadratic fallback).
+    retriever = HybridRetriever.from_chunks(CHUNKS)
+    with pytest.raises(labsrc.InvalidArgument, match="limit is 100,000"):
+        retriever.search("refurbished laptops " * 52_429)
+    for bad, name in ((None, "NoneType"), (b"laptops", "bytes"), (["laptops"], "list")):
+        with pytest.raises(labsrc.InvalidArgument, match=f"query must be a str, not {name}"):
+            retriever.search(bad)
+    uncapped = HybridRetriever.from_chunks(CHUNKS, max_query_chars=None)
+    started = time.perf_counter()
+    hits = uncapped.search("refurbished laptops " * 12_000)
+    assert time.perf_counter() - started < 5  # measured 0.2 s
+    assert hits[0]["chunk_id"] == "b"

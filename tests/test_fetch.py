@@ -67,7 +67,7 @@ def test_a_url_not_matching_the_registry_checksum_is_refused_and_leaves_nothing(
     assert code == 2
     assert "checksum mismatch (expected md5 5f7d1de60b170fc8027bb7898e2efca1)" in err
     assert "pass --md5 with this file's checksum if you mean it" in err and "Traceback" not in err
-    assert list(dest.iterdir()) == []
+    assert not dest.exists()  # the folder this fetch made is removed too: nothing was kept
 
 
 def test_an_explicit_md5_accepts_another_file_for_a_known_name(server, tmp_path: Path) -> None:
@@ -121,3 +121,24 @@ def test_fetch_without_dir_lands_where_beir_looks(server, tmp_path: Path, monkey
     assert f"tiny is in {cache / 'tiny'}" in out and f"labsrc embed --beir {cache / 'tiny'}" in out
     assert main(["beir", "--dataset", "tiny", "--lanes", "bm25", "--no-progress"]) == 0
     assert "BEIR tiny / test: 1 queries" in capsys.readouterr().out
+
+
+def test_an_offline_fetch_removes_the_folders_it_made_and_names_the_offline_route(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    # Issue 22: offline, `labsrc data fetch` left the empty cache folder it created and did not
+    # mention LABSRC_BEIR_DIR. Port 9 on 127.0.0.1 refuses the connection, as a machine offline does.
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    (tmp_path / "home").mkdir()
+    assert main(["data", "fetch", "tiny", "--url", "http://127.0.0.1:9/tiny.zip", "--md5", "0" * 32]) == 2
+    err = capsys.readouterr().err
+    assert "download failed" in err and f"set {ENV_VAR}=DIR" in err and "--data DIR" in err
+    assert len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]  # xdg/labsrc/beir made, then removed
+    kept = tmp_path / "mine"
+    (kept / "notes").mkdir(parents=True)
+    assert main(["data", "fetch", "tiny", "--dir", str(kept / "beir"), "--url", "http://127.0.0.1:9/t.zip",
+                 "--md5", "0" * 32]) == 2  # fmt: skip
+    assert sorted(p.name for p in kept.iterdir()) == ["notes"]  # an existing folder stays

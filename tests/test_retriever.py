@@ -104,3 +104,64 @@ def test_retriever_for_keys_a_tuple_by_identity_and_a_list_by_value():
     as_list.append(make_chunk("c9", "new rule"))  # a list can change: keyed by value, a new retriever
     assert retriever_for(as_list, encoder) is not first
     assert len(retriever_for(as_list, encoder).chunks) == 4
+
+
+# --- issue 22: hostile queries and arguments ---------------------------------------------------
+
+
+def test_a_long_repeated_query_answers_in_linear_time(data):
+    # Issue 22: "refurbished laptops " * 8,000 took 36 s (MaxScore's quadratic fallback); now ~0.03 s.
+    import time
+
+    retriever = labsrc.PolicyRetriever(data.chunks, data.vectors, max_query_chars=None)  # 160,000 characters
+    started = time.perf_counter()
+    result = retriever.search("refurbished laptops " * 8_000, data.luna, data.eval_date)
+    assert time.perf_counter() - started < 5  # generous for a loaded CI machine
+    assert [c.chunk_id for c, _ in result.sparse] == [
+        c.chunk_id for c, _ in retriever.search("refurbished laptops " * 40, data.luna, data.eval_date).sparse
+    ]
+
+
+def test_a_megabyte_query_is_refused_at_once_or_answered_without_the_cap(data):
+    import time
+
+    query = "refurbished laptops " * 52_429  # 1 MB
+    capped = labsrc.PolicyRetriever(data.chunks, data.vectors)
+    started = time.perf_counter()
+    with pytest.raises(labsrc.InvalidArgument, match=r"query is 1,048,580 characters long; the limit is 100,000"):
+        capped.search(query, data.luna, data.eval_date)
+    uncapped = labsrc.PolicyRetriever(data.chunks, data.vectors, max_query_chars=None)
+    assert uncapped.search(query, data.luna, data.eval_date).sparse
+    assert time.perf_counter() - started < 5  # measured 0.2 s
+
+
+def test_max_query_chars_is_configurable(data):
+    retriever = labsrc.PolicyRetriever(data.chunks, data.vectors, max_query_chars=10)
+    assert retriever.search("RPL-14", data.luna, data.eval_date).fused
+    with pytest.raises(labsrc.InvalidArgument, match="limit is 10 "):
+        retriever.search("RPL-14 refurbished", data.luna, data.eval_date)
+    for bad in (0, -1, 2.5, "10", True):
+        with pytest.raises(labsrc.InvalidArgument, match="max_query_chars"):
+            labsrc.PolicyRetriever(data.chunks, data.vectors, max_query_chars=bad)
+
+
+@pytest.mark.parametrize(
+    ("query", "caller", "message"),
+    [
+        (None, "luna", "query must be a str, not NoneType"),
+        (b"RPL-14", "luna", r"query must be a str, not bytes \(decode it first"),
+        (14, "luna", "query must be a str, not int"),
+        ("RPL-14", "luna-48291", "caller must be a labsrc.Caller, not str"),
+        ("RPL-14", None, "caller must be a labsrc.Caller, not NoneType"),
+    ],
+)
+def test_wrong_types_name_the_argument_and_the_type(data, query, caller, message):
+    # Issue 22: search(None), a bytes query or a string as caller raised AttributeError / TypeError.
+    retriever = labsrc.PolicyRetriever(data.chunks, data.vectors)
+    who = data.luna if caller == "luna" else caller
+    with pytest.raises(labsrc.InvalidArgument, match=message):
+        retriever.search(query, who, data.eval_date)
+    with pytest.raises(labsrc.InvalidArgument, match=message):
+        labsrc.hybrid_rank(query, who, data.chunks, data.vectors, data.eval_date)
+    with pytest.raises(labsrc.InvalidArgument, match="on_date must be a datetime.date, not str"):
+        retriever.search("RPL-14", data.luna, "2026-05-27")

@@ -153,3 +153,54 @@ def test_the_poc_ports_own_calls_work_as_written(tmp_path):
     with pytest.raises(labsrc.InvalidArgument, match="not both"):
         storage.add_chunk("chunk2", "doc1", "x", enriched_text="a", enriched_content="b")
     storage.close()
+
+
+# --- issue 22: a damaged store is an InvalidRecord naming the file and the field -----------------
+
+
+def _store_with_chunks(path, n=400):
+    with SQLiteStore(path) as store:
+        store.add_document("d", "d.md", metadata={"lang": "en"})
+        for i in range(n):
+            store.add_chunk(f"c{i:04d}", "d", f"chunk {i} " + "text " * 30, embedding=[1.0, 2.0, 3.0],
+                            metadata={"i": i})  # fmt: skip
+    return path
+
+
+def test_a_corrupt_page_is_an_invalid_record(tmp_path):
+    # Issue 22: a corrupt page raised sqlite3.DatabaseError from iter_chunks.
+    path = _store_with_chunks(tmp_path / "lab.sqlite")
+    data = bytearray(path.read_bytes())
+    page = 4096
+    assert len(data) > 8 * page
+    data[3 * page : 6 * page] = b"\xff" * (3 * page)
+    path.write_bytes(bytes(data))
+    with pytest.raises(labsrc.InvalidRecord, match=r"lab\.sqlite, field 'database'.*damaged"):
+        with SQLiteStore(path) as store:
+            store.get_all_chunks()
+
+
+def test_a_truncated_embedding_blob_is_an_invalid_record(tmp_path):
+    import sqlite3
+
+    path = _store_with_chunks(tmp_path / "lab.sqlite", n=2)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE chunks SET embedding = substr(embedding, 1, 7) WHERE chunk_id = 'c0001'")
+    with SQLiteStore(path) as store:
+        assert store.get_chunk("c0000")["embedding"].tolist() == [1.0, 2.0, 3.0]
+        with pytest.raises(labsrc.InvalidRecord, match=r"field \"chunks\['c0001'\]\.embedding\".*7 bytes"):
+            store.get_chunk("c0001")
+        with pytest.raises(labsrc.InvalidRecord, match="embedding"):
+            labsrc.patterns.HybridRetriever.from_store(store)
+
+
+@pytest.mark.parametrize(("table", "key", "bad"), [("chunks", "chunk_id", "{not json"), ("documents", "doc_id", "[1, 2]")])
+def test_bad_metadata_json_is_an_invalid_record(tmp_path, table, key, bad):
+    import sqlite3
+
+    path = _store_with_chunks(tmp_path / "lab.sqlite", n=1)
+    with sqlite3.connect(path) as db:
+        db.execute(f"UPDATE {table} SET metadata = ?", (bad,))
+    with SQLiteStore(path) as store:
+        with pytest.raises(labsrc.InvalidRecord, match=r"lab\.sqlite, field .*\.metadata"):
+            store.get_chunk("c0000") if table == "chunks" else store.get_document("d")

@@ -158,3 +158,84 @@ def test_missing_directory_or_file(tmp_path, vdir: Path):
 def test_constructor_checks_shapes():
     with pytest.raises(InvalidArgument, match="2 document rows for 1 ids"):
         VectorDirectory(["a"], np.eye(2), ["q"], np.eye(2)[:1], version="v")
+
+
+@pytest.mark.parametrize(
+    ("damage", "field"),
+    [
+        (lambda data: b"", "header"),  # issue 22: a 0-byte corpus.npy raised EOFError
+        (lambda data: data[:-7], "shape"),  # truncated
+        (lambda data: data + b"\0" * 12, "shape"),  # padded
+        (lambda data: data.replace(b"(5, 3)", b"(5000000000, 3)"), "shape"),  # a header promising 120 GB
+        (lambda data: b"\x93NUMPY\x01\x00garbage", "header"),
+    ],
+)
+def test_a_damaged_matrix_is_an_invalid_record_naming_the_file_and_field(vdir: Path, damage, field):
+    path = vdir / "corpus.npy"
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(InvalidRecord, match=rf"corpus\.npy, field '{field}'"):
+        load(vdir)
+
+
+def test_a_pickled_matrix_is_refused_without_unpickling(vdir: Path):
+    np.save(vdir / "corpus.npy", np.array([{"a": 1}] * 5, dtype=object), allow_pickle=True)
+    with pytest.raises(InvalidRecord, match=r"corpus\.npy, field 'dtype'"):
+        load(vdir)
+
+
+def _unit(rows: int, dim: int, seed: int) -> np.ndarray:
+    matrix = np.random.default_rng(seed).normal(size=(rows, dim)).astype(np.float32)
+    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+def test_write_vector_dir_replaces_a_directory_whole_and_refuses_a_foreign_one(tmp_path: Path):
+    from labsrc.lanes.vectordir import write_vector_dir
+
+    out = tmp_path / "vectors" / "m"
+    write_vector_dir(out, ["a", "b"], _unit(2, 4, 1), ["q"], _unit(1, 4, 2), {"model": "m1"})
+    write_vector_dir(out, ["a", "b", "c"], _unit(3, 4, 3), ["q"], _unit(1, 4, 4), {"model": "m2"})
+    loaded = load_vector_dir(out)
+    assert (loaded.version, loaded.doc_ids) == ("m2", ("a", "b", "c"))
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m"]  # no staging or old folder left
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    with pytest.raises(InvalidArgument, match="notes.txt"):
+        write_vector_dir(out, ["a"], _unit(1, 4, 5), ["q"], _unit(1, 4, 6), {"model": "m3"})
+    assert (out / "notes.txt").read_text(encoding="utf-8") == "mine"
+
+
+def test_a_vector_write_killed_at_any_point_leaves_the_old_directory_or_the_new(tmp_path: Path):
+    import os
+    import random
+    import signal
+    import time
+
+    from labsrc.lanes.vectordir import write_vector_dir
+
+    out = tmp_path / "m"
+    versions = {name: ([f"d{i}" for i in range(n)], _unit(n, 64, n)) for name, n in (("m1", 4000), ("m2", 2000))}
+
+    def write(name):
+        ids, matrix = versions[name]
+        write_vector_dir(out, ids, matrix, ["q"], _unit(1, 64, 0), {"model": name})
+
+    write("m1")
+    started = time.perf_counter()
+    write("m2")
+    one_write = time.perf_counter() - started
+    chooser = random.Random(22)
+    for _ in range(15):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                while True:
+                    write("m1")
+                    write("m2")
+            finally:
+                os._exit(1)
+        time.sleep(chooser.uniform(0, 3 * one_write))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        loaded = load_vector_dir(out)
+        assert len(loaded.doc_ids) == len(versions[loaded.version][0])
+    write("m1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # the killed writes' staging folders are gone

@@ -17,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from labsrc.cli.outputs import check_out_dir, check_out_file, one_line
 from labsrc.cli.progress import make_progress
 from labsrc.datasets.beir import resolve_dataset_dir
 from labsrc.errors import InvalidArgument
@@ -89,9 +90,14 @@ def _parse_lanes(text: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     lanes = _parse_lanes(args.lanes)
     check_permutations(args.permutations, "--permutations")
+    # Output paths first: a read-only --json or --run-dir is exit 2 now, not a traceback after the run.
+    if args.json:
+        check_out_file(args.json, "--json")
+    if args.run_dir:
+        check_out_dir(args.run_dir, "--run-dir")
     data_dir = resolve_dataset_dir(args.data, args.dataset)
     progress = make_progress(args.no_progress)
-    print(f"loading {data_dir} and building the BM25 index ...", file=sys.stderr)
+    print(f"loading {one_line(str(data_dir))} and building the BM25 index ...", file=sys.stderr)
     source = load_lanes(data_dir, model=args.model)
     if source.vectors is None and {"dense", "rrf", "convex"} & set(lanes):
         raise InvalidArgument(f"{data_dir} has no vectors/<model>/ folder; run with --lanes bm25")
@@ -122,12 +128,10 @@ def run(args: argparse.Namespace) -> int:
         print(format_significance(result.significance))
     if args.json:
         path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result.to_json(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
         print(f"\nwrote {path}")
     if args.run_dir:
         run_dir = Path(args.run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
         for lane, lane_run in result.runs.items():
             write_trec_run(lane_run, run_dir / f"{lane}.trec", f"labsrc-{lane}")
         print(f"wrote {len(result.runs)} TREC run files to {run_dir}")
@@ -151,23 +155,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "cache where 'labsrc data fetch' puts it, e.g. ~/.cache/labsrc/beir)"
         ),
     )
-    parser.add_argument("--dataset", default="scifact", help="collection name inside --data (default scifact)")
-    parser.add_argument("--model", default=None, help="the vectors/<model> folder (default: the only one)")
-    parser.add_argument("--split", default="test", help="qrels split to evaluate (default test)")
+    parser.add_argument("--dataset", default="scifact", metavar="NAME", help="collection name inside --data (default scifact)")
+    parser.add_argument("--model", default=None, metavar="MODEL", help="the vectors/<model> folder (default: the only one)")
+    parser.add_argument("--split", default="test", metavar="SPLIT", help="qrels split to evaluate (default test)")
     parser.add_argument(
-        "--lanes", default=",".join(BEIR_LANES), help=f"comma-separated lanes (default {','.join(BEIR_LANES)})"
+        "--lanes", default=",".join(BEIR_LANES), metavar="LANES", help=f"comma-separated lanes (default {','.join(BEIR_LANES)})"
     )
-    parser.add_argument("--depth", type=int, default=100, help="results per query and lane (default 100)")
+    parser.add_argument("--depth", type=int, default=100, metavar="N", help="results per query and lane (default 100)")
     parser.add_argument(
         "--rrf-k",
         type=_number,
         default=60,
+        metavar="K",
         help="RRF smoothing constant (default 60, per Cormack et al.; not a cut-off, that is --depth)",
     )
     parser.add_argument(
         "--alpha",
         type=float,
         default=None,
+        metavar="A",
         help="convex fusion's dense weight in [0, 1]; default: tuned on the train split (0.5 without one)",
     )
     parser.add_argument(
@@ -182,7 +188,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help=f"random sign assignments per paired test of two lanes (default {DEFAULT_PERMUTATIONS})",
     )
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"the paired tests' random seed (default {DEFAULT_SEED})")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="N", help=f"the paired tests' random seed (default {DEFAULT_SEED})")
     parser.add_argument("--no-progress", action="store_true", help="never draw progress bars (they draw only when stderr is a terminal)")
     parser.add_argument("--json", metavar="OUT", help="write metrics, config and versions as JSON")
     parser.add_argument("--run-dir", metavar="DIR", help="write one TREC run file per lane")

@@ -13,11 +13,14 @@ import argparse
 import sys
 
 from labsrc.datasets.fetch import BEIR_REGISTRY, default_fetch_dir, fetch_beir
+from labsrc.errors import InvalidArgument
 
 __all__ = ["register", "run_fetch"]
 
 
 def run_fetch(args: argparse.Namespace) -> int:
+    if args.dir is not None and not args.dir.strip():
+        raise InvalidArgument(f"--dir {args.dir!r} is blank; give a folder, or leave --dir out for {default_fetch_dir()}")
     dest = args.dir or default_fetch_dir()
     progress = not args.no_progress and sys.stderr.isatty()
     path = fetch_beir(args.name, dest_dir=dest, url=args.url, md5=args.md5, progress=progress)

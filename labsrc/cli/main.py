@@ -3,7 +3,10 @@
 Each subcommand lives in its own ``labsrc/cli/<name>.py`` module exposing
 ``register(subparsers)``, which adds its parser and sets ``func`` (a function
 ``(args) -> exit code``). This module only dispatches. Exit codes: 0 success,
-1 a gate failed, 2 bad input (a :class:`~labsrc.errors.LabError`).
+1 a gate failed, 2 bad input (a :class:`~labsrc.errors.LabError`, or a file
+that cannot be read or written), 130 interrupted (Ctrl-C), 141 the reader of
+stdout went away (``labsrc report | head``). Each of the last three prints one
+line to stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from labsrc.cli import audit as cli_audit
 from labsrc.cli import beir as cli_beir
@@ -22,7 +26,9 @@ from labsrc.cli import report as cli_report
 from labsrc.cli import rubric as cli_rubric
 from labsrc.cli import search as cli_search
 from labsrc.cli.engines import close_engines
+from labsrc.cli.outputs import one_line
 from labsrc.errors import LabError
+from labsrc.version import __version__
 
 __all__ = ["build_parser", "main"]
 
@@ -30,11 +36,19 @@ __all__ = ["build_parser", "main"]
 COMMANDS = (cli_report, cli_gate, cli_audit, cli_search, cli_beir, cli_data, cli_embed, cli_rubric)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (exit 2), like every other error: the full usage is one --help away."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="labsrc",
         description="Permission-safe hybrid retrieval lab: evidence boundary, BM25 + dense lanes, RRF, release gates.",
     )
+    parser.add_argument("--version", action="version", version=f"labsrc {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.register(sub)
@@ -42,17 +56,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    for arg in argv:  # what no shell can pass, but a caller of main() can
+        problem = "a NUL character" if "\0" in arg else None
+        try:
+            os.fsencode(arg)
+        except UnicodeEncodeError:
+            problem = "a lone surrogate, which no command line can carry"
+        if problem:
+            print(f"labsrc: error: argument {one_line(repr(arg[:60]))} holds {problem}", file=sys.stderr)
+            return 2
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is then caught below, every time
+        return status
     except LabError as exc:
-        print(f"labsrc: error: {exc}", file=sys.stderr)
+        print(f"labsrc: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # The reader went away (``labsrc report | head``): stop quietly, as Unix tools do.
         # Point stdout at devnull so the interpreter's final flush cannot raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
+    except UnicodeError as exc:
+        # A file name or text that is not valid UTF-8 (say, from a shell with another locale) met a UTF-8 file.
+        print(f"labsrc: error: {one_line(str(exc))}: a file name or text that is not valid UTF-8", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        # A file the user named cannot be read or written (full disk, permissions): their input, one line.
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"labsrc: error: {one_line(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        # One line; on a terminal it starts a fresh one, since a progress bar may be mid-line.
+        print(f"{chr(10) if sys.stderr.isatty() else ''}labsrc: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, what a shell reports for Ctrl-C
     finally:
         close_engines()
-

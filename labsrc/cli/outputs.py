@@ -1,4 +1,5 @@
-"""Output paths checked *before* a run, so a bad ``--out`` never costs a whole gate run or a traceback.
+"""Output paths checked *before* a run, so a bad ``--out`` never costs a whole gate run or a traceback,
+and messages that quote what the user gave printed on one line (:func:`one_line`).
 
 ``labsrc gate --out DIR`` and ``--junit-xml FILE`` are CI options: a typo there
 must be exit 2 with the path and the reason, not a Python traceback after the
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from labsrc.errors import InvalidArgument
 
-__all__ = ["check_out_dir", "check_out_file"]
+__all__ = ["check_out_dir", "check_out_file", "one_line"]
 
 
 def _first_existing(path: Path) -> Path:
@@ -57,3 +58,17 @@ def check_out_file(path: str | Path, option: str) -> Path:
         raise InvalidArgument(f"{option} {path}: {base} is a file, so no file can be made under it; give another path")
     _probe_write(path.parent, option, path)
     return path
+
+
+def one_line(message: str) -> str:
+    """``message`` with control characters escaped (``\\r``, ``\\n``), so a quoted value cannot break the line.
+
+    Error messages quote what the user gave, and a path or query may hold a line
+    break. A newline followed by an indent is kept: that is a message listing
+    details on purpose (several bad cases, one per indented line).
+    """
+    return "".join(
+        ch if ch.isprintable() or ch == " " or (ch == "\n" and message.startswith("  ", i + 1))
+        else ch.encode("unicode_escape").decode("ascii")
+        for i, ch in enumerate(message)
+    )

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from labsrc.datasets.beir import beir_search_dirs
+from labsrc.datasets.beir import ENV_VAR, beir_search_dirs
 from labsrc.errors import InvalidArgument, LabError, MissingDependency
 
 __all__ = ["BEIR_BASE_URL", "BEIR_REGISTRY", "default_fetch_dir", "fetch_beir"]
@@ -120,16 +120,24 @@ def fetch_beir(
     if target.exists():
         raise InvalidArgument(f"{target} exists but holds no corpus.jsonl; remove it or choose another --dir")
     pooch = _pooch()
+    created = [p for p in (dest, *dest.parents) if not p.exists()]  # deepest first: removed if nothing is kept
     try:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InvalidArgument(f"--dir {dest}: cannot create it ({exc.strerror})") from None
+    kept = False
     download = Path(tempfile.mkdtemp(prefix=f".{name}.download-", dir=dest))
     try:
         try:
-            archive = pooch.retrieve(
-                url, known_hash=f"md5:{checksum}", fname=f"{name}.zip", path=download, progressbar=progress
-            )
+            logger = pooch.get_logger()
+            level = logger.level
+            logger.setLevel("WARNING")  # its "Downloading data from ... to file ..." names our temporary folder
+            try:
+                archive = pooch.retrieve(
+                    url, known_hash=f"md5:{checksum}", fname=f"{name}.zip", path=download, progressbar=progress
+                )
+            finally:
+                logger.setLevel(level)
         except ValueError as exc:  # pooch: the hash does not match
             advice = (
                 f"it is not the file BEIR publishes as {name!r}; pass --md5 with this file's checksum if you mean it"
@@ -137,7 +145,25 @@ def fetch_beir(
             )
             raise LabError(f"{url}: checksum mismatch (expected md5 {checksum}); {advice}. Nothing was kept.") from exc
         except Exception as exc:  # network errors come from requests; say what failed, never a traceback
-            raise LabError(f"{url}: download failed ({type(exc).__name__}: {exc}). Nothing was kept.") from exc
-        return _extract(Path(archive), name, dest)
+            raise LabError(
+                f"{url}: download failed ({type(exc).__name__}: {exc}). Nothing was kept. {_offline(name, url)}"
+            ) from exc
+        target = _extract(Path(archive), name, dest)
+        kept = True
+        return target
     finally:
         shutil.rmtree(download, ignore_errors=True)
+        if not kept:
+            for folder in created:  # only the folders this call made, and only while they are empty
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+
+
+def _offline(name: str, url: str) -> str:
+    """How to get the collection without this machine reaching the network."""
+    return (
+        f"Offline? Fetch {url} on another machine, unzip it so that {name}/corpus.jsonl sits in a folder "
+        f"DIR here, and set {ENV_VAR}=DIR (or pass --data DIR to labsrc beir)."
+    )

@@ -1,7 +1,9 @@
 """The lesson's offline fixtures, loaded from ``fixtures/lesson/`` in the repository.
 
 ``lesson()`` is the one place notebooks and tests get the lesson's records from.
-Set ``LABSRC_FIXTURES`` to point at another copy of the ``fixtures`` folder.
+Set ``LABSRC_FIXTURES`` to point at another copy of the ``fixtures`` folder. A
+wheel install has no repository: its build copies the fixtures into the package
+(``labsrc/_fixtures``, see ``setup.py``), and that copy is used instead.
 """
 
 from __future__ import annotations
@@ -25,13 +27,19 @@ EVAL_DATE = dt.date(2026, 5, 27)
 
 
 def fixtures_dir() -> Path:
-    """The ``fixtures`` folder: ``$LABSRC_FIXTURES`` or the repository's own."""
+    """The ``fixtures`` folder: ``$LABSRC_FIXTURES``, else the wheel's packaged copy, else the repository's own."""
     override = os.environ.get("LABSRC_FIXTURES")
-    path = Path(override) if override else Path(__file__).resolve().parents[2] / "fixtures"
+    package = Path(__file__).resolve().parents[1]
+    if override:
+        path = Path(override)
+    elif (package / "_fixtures" / "lesson").is_dir():  # a wheel install (setup.py copies them in)
+        path = package / "_fixtures"
+    else:  # the repository: an editable install, or the source tree on sys.path
+        path = package.parent / "fixtures"
     if not (path / "lesson").is_dir():
         raise LabError(
-            f"lesson fixtures not found at {path / 'lesson'}; install the lab from its repository "
-            "with 'pip install -e .' or set LABSRC_FIXTURES to the repository's fixtures folder"
+            f"lesson fixtures not found at {path / 'lesson'}; reinstall the lab (pip install .) "
+            "or set LABSRC_FIXTURES to a copy of the repository's fixtures folder"
         )
     return path
 

@@ -108,6 +108,7 @@ from labsrc.lanes.vectordir import (
     VectorDirectory,
     load_vector_dir,
     read_id_list,
+    write_vector_dir,
 )
 
 from labsrc.lanes.candidates import Float32Pass, float32_cosine_margin
@@ -198,4 +199,5 @@ __all__ = [
     "universe_stats",
     "vectors_match_texts",
     "visible_chunks",
+    "write_vector_dir",
 ]

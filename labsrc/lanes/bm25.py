@@ -10,7 +10,7 @@ and the tests check each against :func:`brute_force_bm25`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +54,32 @@ def bm25_term_score(
 ) -> float | np.ndarray:
     """idf · f·(k1 + 1) / (f + k1 · norm)  (Robertson & Zaragoza 2009, eq. 3.15)."""
     return idf * (tf * (k1 + 1.0)) / (tf + k1 * norm)
+
+
+def check_pairs(pairs: object, kind: str) -> list[tuple[str, object]]:
+    """``(id, text)`` pairs (``kind="text"``) or ``(id, terms)`` pairs (``kind="terms"``), checked, as a list."""
+    if not isinstance(pairs, Iterable) or isinstance(pairs, (str, bytes, Mapping)):
+        raise InvalidArgument(f"pairs must be an iterable of (id, {kind}) pairs, not {type(pairs).__name__}")
+    out = []
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not isinstance(pair[0], str):
+            raise InvalidArgument(f"pairs[{i}] must be an (id, {kind}) pair with a str id, not {pair!r:.80}")
+        if kind == "text" and not isinstance(pair[1], str):
+            raise InvalidArgument(f"pairs[{i}]: the text of {pair[0]!r} must be a str, not {type(pair[1]).__name__}")
+        if kind == "terms":
+            check_terms(pair[1], f"terms of {pair[0]!r}")
+        out.append((pair[0], pair[1]))
+    return out
+
+
+def check_terms(terms: object, name: str = "terms") -> Sequence[str]:
+    """An analysed query or document: a list (or tuple) of str, never one string."""
+    if isinstance(terms, str):
+        raise InvalidArgument(f"{name} is one string; it must be a list of strings (a list of terms: pass query text "
+                              "to search() instead)")  # fmt: skip
+    if not isinstance(terms, (list, tuple)) or not all(isinstance(t, str) for t in terms):
+        raise InvalidArgument(f"{name} must be a list of str, not {type(terms).__name__} {terms!r:.60}")
+    return terms
 
 
 def check_params(k1: float, b: float) -> None:

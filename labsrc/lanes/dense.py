@@ -21,7 +21,8 @@ from labsrc.cache import LRUCache
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.analysis import lesson_analyzer
 from labsrc.lanes.candidates import Float32Pass
-from labsrc.ranking import check_top_k, top_k_positions
+from labsrc.ranking import check_query, check_top_k, top_k_positions
+from labsrc.records.checks import check_chunks
 from labsrc.records.loading import Field, load_json
 from labsrc.records.policy import PolicyChunk, chunk_lookup
 
@@ -321,7 +322,7 @@ class DenseIndex:
         A row's cosine does not depend on which other rows are stored or kept.
         """
         top_k = check_top_k(top_k)
-        if not query.strip() or not self.chunks:
+        if not check_query(query, None).strip() or not self.chunks:
             return []
         if mask is not None:
             n_rows = self.matrix.shape[0]
@@ -355,10 +356,10 @@ def dense_rank(
     universe and cached.
     """
     top_k = check_top_k(top_k)
-    if not query.strip():
+    if not check_query(query, None).strip():
         return []
     source = as_dense_source(vectors)
-    universe_chunks = tuple(chunk_lookup(chunks).values())
+    universe_chunks = tuple(chunk_lookup(check_chunks(chunks)).values())
     index = _DENSE_CACHE.get_or_build(("dense", universe_chunks, source), lambda: DenseIndex(universe_chunks, source))
     return index.search(query, top_k)
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from labsrc.errors import InvalidArgument, InvalidRecord, MissingDependency
 from labsrc.lanes.dense import Encoder
-from labsrc.lanes.vectordir import VectorDirectory, load_vector_dir
+from labsrc.lanes.vectordir import VectorDirectory, load_vector_dir, write_vector_dir
 from labsrc.records.loading import Field, iter_jsonl, load_json
 from labsrc.records.policy import PolicyChunk
 
@@ -206,10 +206,6 @@ def minilm_model_record() -> dict[str, Any]:
 # --- writing ----------------------------------------------------------------------------
 
 
-def _write_ids(path: Path, ids: Sequence[str]) -> None:
-    path.write_text("".join(f"{i}\n" for i in ids), encoding="utf-8")
-
-
 def embed_to_dir(
     chunks: Sequence[PolicyChunk],
     queries: Mapping[str, str],
@@ -251,14 +247,6 @@ def embed_to_dir(
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise InvalidArgument(f"output {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    np.save(out / "corpus.npy", docs, allow_pickle=False)
-    np.save(out / "queries.npy", query_rows, allow_pickle=False)
-    _write_ids(out / "corpus_ids.txt", doc_ids)
-    _write_ids(out / "query_ids.txt", query_ids)
-    with (out / _QUERIES_FILE).open("w", encoding="utf-8") as handle:
-        for qid, text in zip(query_ids, query_texts):
-            handle.write(json.dumps({"_id": qid, "text": text}, ensure_ascii=False) + "\n")
     record = {
         **dict(model),
         "dim": int(docs.shape[1]),
@@ -270,7 +258,8 @@ def embed_to_dir(
         "rows": {"corpus": len(doc_ids), "queries": len(query_ids)},
         "texts_sha256": texts_digest(doc_ids, doc_texts, query_ids, query_texts),
     }
-    (out / "MODEL.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    lines = "".join(json.dumps({"_id": q, "text": t}, ensure_ascii=False) + "\n" for q, t in zip(query_ids, query_texts))
+    write_vector_dir(out, doc_ids, docs, query_ids, query_rows, record, extra={_QUERIES_FILE: lines.encode("utf-8")})
     return record
 
 

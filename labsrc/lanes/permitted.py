@@ -30,10 +30,10 @@ import numpy as np
 
 from labsrc.cache import LRUCache
 from labsrc.errors import InvalidArgument
-from labsrc.lanes.bm25 import bm25_term_score, idf_lucene, length_norm
+from labsrc.lanes.bm25 import bm25_term_score, check_terms, idf_lucene, length_norm
 from labsrc.lanes.maxscore import find, maxscore_candidates, score_candidates
 from labsrc.lanes.sparse import BM25Index
-from labsrc.ranking import check_top_k, top_k_entries, top_k_positions
+from labsrc.ranking import check_query, check_top_k, top_k_entries, top_k_positions
 
 __all__ = ["PermittedBM25", "UniverseStats", "mask_key", "universe_stats"]
 
@@ -159,8 +159,7 @@ class PermittedBM25:
         Positions are ascending (id order). A term repeated in the query counts
         once per occurrence, as in :class:`~labsrc.lanes.sparse.BM25Index`.
         """
-        if isinstance(terms, str):
-            raise InvalidArgument("score_terms takes a list of terms, not one string")
+        check_terms(terms)
         weighted = self._weighted_postings(terms, self._check_mask(mask))
         if weighted is None:
             return np.zeros(0, dtype=np.intp), np.zeros(0)
@@ -218,8 +217,7 @@ class PermittedBM25:
         exactly exhaustive scoring's top ``top_k``.
         """
         top_k = check_top_k(top_k)
-        if isinstance(terms, str):
-            raise InvalidArgument("search_terms takes a list of terms, not one string")
+        check_terms(terms)
         mask = self._check_mask(mask)
         if self.stats(mask).n_docs == self.index.n_docs:
             # Everything is permitted: the universe's statistics are the index's own, and so are
@@ -285,7 +283,7 @@ class PermittedBM25:
     def search(self, query: str, mask: np.ndarray, top_k: int) -> list[tuple[str, float]]:
         """The ``top_k`` ``(id, score)`` pairs for ``query`` within the mask's universe."""
         top_k = check_top_k(top_k)
-        if not query.strip():
+        if not check_query(query, None).strip():
             return []
         ids = self.index.ids
         return [(ids[p], s) for p, s in self.search_terms(self.index.analyzer(query), mask, top_k)]

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
 from operator import itemgetter
+from pathlib import Path
 
 import numpy as np
 
@@ -30,13 +31,17 @@ from labsrc.lanes.bm25 import (
     DEFAULT_K1,
     TermExplanation,
     bm25_term_score,
+    check_pairs,
     check_params,
+    check_terms,
     idf_lucene,
     length_norm,
 )
+from labsrc.lanes.index_files import read_index, write_index
 from labsrc.lanes.maxscore import StoredTerm, maxscore_candidates, score_candidates
 from labsrc.lanes.postings import TermColumns, pack_postings, query_scores
-from labsrc.ranking import check_top_k, top_k_entries
+from labsrc.ranking import check_query, check_top_k, top_k_entries
+from labsrc.records.checks import check_chunks
 from labsrc.records.policy import PolicyChunk, chunk_lookup
 
 __all__ = ["BM25Index", "bm25_rank", "explain", "sparse_index_for"]
@@ -138,7 +143,7 @@ class BM25Index:
         """Index ``(id, text)`` pairs. Ids must be unique."""
         check_params(k1, b)
         return cls.build_from_terms(
-            ((doc_id, analyzer(text)) for doc_id, text in pairs), analyzer=analyzer, k1=k1, b=b
+            ((doc_id, analyzer(text)) for doc_id, text in check_pairs(pairs, "text")), analyzer=analyzer, k1=k1, b=b
         )
 
     @classmethod
@@ -157,7 +162,7 @@ class BM25Index:
         the very same token lists.
         """
         check_params(k1, b)
-        docs = sorted(((doc_id, terms) for doc_id, terms in pairs), key=lambda pair: pair[0])
+        docs = sorted(check_pairs(pairs, "terms"), key=lambda pair: pair[0])
         for (left, _), (right, _) in zip(docs, docs[1:]):
             if left == right:
                 raise InvalidArgument(f"duplicate document id {left!r} in BM25Index.build")
@@ -165,8 +170,6 @@ class BM25Index:
         flat: list[int] = []
         doc_len = np.zeros(len(docs), dtype=np.float64)
         for pos, (doc_id, terms) in enumerate(docs):
-            if isinstance(terms, str):
-                raise InvalidArgument(f"terms of {doc_id!r} must be a list of strings, not one string")
             # Term ids in order of first occurrence (corpus order, then document order).
             flat.extend([vocabulary.setdefault(term, len(vocabulary)) for term in terms])
             doc_len[pos] = len(terms)
@@ -189,6 +192,17 @@ class BM25Index:
             k1=k1,
             b=b,
         )
+
+    # --- files (labsrc.lanes.persistence) ---------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write the index to the folder ``path``, atomically; the old save stays loadable until then."""
+        return write_index(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path, mmap: bool = False) -> BM25Index:
+        """An index written by :meth:`save`, checked; ``mmap=True`` maps its arrays read-only."""
+        return cls(**read_index(path, mmap=bool(mmap)))
 
     # --- statistics ---------------------------------------------------------------
 
@@ -214,7 +228,7 @@ class BM25Index:
         query counts once per occurrence (Robertson's qtf with k3 → ∞, as in Lucene),
         added where it occurs, as :func:`~labsrc.lanes.bm25.brute_force_bm25` adds.
         """
-        return self.score_terms(self.analyzer(query))
+        return self.score_terms(self.analyzer(check_query(query, None)))
 
     def score_terms(self, terms: Sequence[str]) -> np.ndarray:
         """:meth:`score_all` for a query that is already analysed into ``terms``.
@@ -226,8 +240,7 @@ class BM25Index:
         as adding term by term. A very common term is added as a dense row, in its
         place in that order (:func:`~labsrc.lanes.postings.score_columns`).
         """
-        if isinstance(terms, str):
-            raise InvalidArgument("score_terms takes a list of terms; use score_all for query text")
+        check_terms(terms)
         return query_scores(self._columns, terms, self.n_docs)
 
     def _slices(self, terms: Sequence[str]) -> list[tuple[int, int, int]]:
@@ -238,9 +251,9 @@ class BM25Index:
     def search(self, query: str, top_k: int) -> list[tuple[str, float]]:
         """The ``top_k`` ``(id, score)`` pairs with score > 0, by (score desc, id asc)."""
         top_k = check_top_k(top_k)
-        if not query.strip() or self.n_docs == 0:
+        if not check_query(query, None).strip() or self.n_docs == 0:
             return []
-        return self._top(self.score_all(query), top_k)
+        return self._pairs(*top_k_entries(self.score_all(query), top_k))
 
     def search_terms(self, terms: Sequence[str], top_k: int) -> list[tuple[str, float]]:
         """:meth:`search` for a query that is already analysed into ``terms``.
@@ -257,8 +270,7 @@ class BM25Index:
         benchmark use it directly, as bm25s returns positions rather than ids.
         """
         top_k = check_top_k(top_k)
-        if isinstance(terms, str):
-            raise InvalidArgument("pass the query as a list of terms, not one string; use search for query text")
+        check_terms(terms)
         return self._top_arrays(terms, top_k)
 
     def top_positions_many(
@@ -268,8 +280,7 @@ class BM25Index:
         top_k = check_top_k(top_k)
         queries = list(queries)
         for i, terms in enumerate(queries):
-            if isinstance(terms, str):
-                raise InvalidArgument(f"query {i} is one string; top_positions_many takes lists of terms")
+            check_terms(terms, f"query {i}")
         return [self._top_arrays(terms, top_k) for terms in queries]
 
     def _top_arrays(self, terms: Sequence[str], top_k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -299,14 +310,12 @@ class BM25Index:
         # itemgetter(*many) looks all the ids up in one call (it returns a tuple for two or more).
         return list(zip(itemgetter(*positions.tolist())(self.ids), scores.tolist())) if positions.size else []
 
-    def _top(self, scores: np.ndarray, top_k: int) -> list[tuple[str, float]]:
-        return self._pairs(*top_k_entries(scores, top_k))
-
     def explain(self, query: str, doc_id: str) -> list[TermExplanation]:
         """Each query term's idf, tf, length norm and contribution to ``doc_id``'s score.
 
         The contributions add up to the document's score.
         """
+        check_query(query, None)
         pos = self._positions.get(doc_id)
         if pos is None:
             raise InvalidArgument(f"{doc_id!r} is not in this index (is it outside the caller's universe?)")
@@ -368,9 +377,9 @@ def bm25_rank(
     chunk_id asc), at most ``top_k``.
     """
     top_k = check_top_k(top_k)
-    if not query.strip():
+    if not check_query(query, None).strip():
         return []
-    lookup = chunk_lookup(chunks)
+    lookup = chunk_lookup(check_chunks(chunks))
     index = sparse_index_for(list(lookup.values()), analyzer=analyzer, k1=k1, b=b)
     return [(lookup[doc_id], score) for doc_id, score in index.search(query, top_k)]
 
@@ -385,5 +394,5 @@ def explain(
     analyzer: Analyzer | Callable[[str], list[str]] = lesson_analyzer,
 ) -> list[TermExplanation]:
     """Per-term BM25 breakdown of ``chunk_id``'s score within the universe ``chunks``."""
-    lookup = chunk_lookup(chunks)
+    lookup = chunk_lookup(check_chunks(chunks))
     return sparse_index_for(list(lookup.values()), analyzer=analyzer, k1=k1, b=b).explain(query, chunk_id)

@@ -22,6 +22,8 @@ and reports.
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -30,10 +32,11 @@ from typing import Any
 import numpy as np
 
 from labsrc.errors import InvalidArgument, InvalidRecord
+from labsrc.records.files import as_path, commit_dir, load_npy, reading, stage_dir, write_durable, writing
 from labsrc.records.loading import load_json, read_text
 from labsrc.records.policy import PolicyChunk
 
-__all__ = ["NORM_TOLERANCE", "VectorDirectory", "load_vector_dir", "read_id_list"]
+__all__ = ["NORM_TOLERANCE", "VectorDirectory", "load_vector_dir", "read_id_list", "write_vector_dir"]
 
 #: How far from 1 a stored vector's L2 norm may be. float32 rounding leaves ~1e-7.
 NORM_TOLERANCE = 1e-3
@@ -193,23 +196,20 @@ def read_id_list(path: str | Path) -> list[str]:
 
 
 def _load_matrix(path: Path, n_rows: int, ids_file: str) -> np.ndarray:
-    try:
-        matrix = np.load(path, allow_pickle=False)
-    except OSError as exc:
-        raise InvalidRecord(f"cannot read a .npy matrix: {exc}", path=path) from exc
-    except ValueError as exc:
-        raise InvalidRecord(f"not a plain numeric .npy matrix: {exc}", path=path) from exc
+    # load_npy checks the header first: a 0-byte or truncated file is an InvalidRecord naming it.
+    matrix = load_npy(path)
     if matrix.ndim != 2 or matrix.shape[1] == 0:
-        raise InvalidRecord(f"expected a 2-D [rows × dim] matrix, got shape {matrix.shape}", path=path)
+        raise InvalidRecord(f"expected a 2-D [rows × dim] matrix, got shape {matrix.shape}", path=path, field="shape")
     if not np.issubdtype(matrix.dtype, np.floating):
-        raise InvalidRecord(f"expected floating-point vectors, got dtype {matrix.dtype}", path=path)
+        raise InvalidRecord(f"expected floating-point vectors, got dtype {matrix.dtype}", path=path, field="dtype")
     if matrix.shape[0] != n_rows:
-        raise InvalidRecord(f"has {matrix.shape[0]} rows but {ids_file} lists {n_rows} ids", path=path)
+        raise InvalidRecord(f"has {matrix.shape[0]} rows but {ids_file} lists {n_rows} ids", path=path, field="rows")
     bad_rows = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
     if bad_rows.size:
         raise InvalidRecord(
             f"row {int(bad_rows[0]) + 1} ({ids_file} line {int(bad_rows[0]) + 1}) contains NaN or infinite values",
             path=path,
+            field="values",
         )
     norms = np.linalg.norm(matrix.astype(np.float64), axis=1)
     off = np.flatnonzero(np.abs(norms - 1.0) > NORM_TOLERANCE)
@@ -219,6 +219,7 @@ def _load_matrix(path: Path, n_rows: int, ids_file: str) -> np.ndarray:
             f"row {row + 1} ({ids_file} line {row + 1}) has L2 norm {norms[row]:.6f}; "
             f"vectors must be L2-normalised (|norm - 1| <= {NORM_TOLERANCE})",
             path=path,
+            field="norm",
         )
     return matrix
 
@@ -233,7 +234,9 @@ def _check_same_ids(found: Sequence[str], expected: Iterable[str], *, path: Path
             raise InvalidRecord(f"id {item!r} is not in the {what}", path=path, line=number, field="id")
     missing = sorted(expected_set - found_set)
     raise InvalidRecord(
-        f"{len(missing)} {what} id(s) have no vector, e.g. {', '.join(repr(m) for m in missing[:5])}", path=path
+        f"{len(missing)} {what} id(s) have no vector, e.g. {', '.join(repr(m) for m in missing[:5])}",
+        path=path,
+        field="id",
     )
 
 
@@ -254,7 +257,12 @@ def load_vector_dir(
     The version recorded in traces is ``MODEL.json``'s ``model`` field; the
     whole ``MODEL.json`` record is kept as ``.model``.
     """
-    path = Path(path)
+    path = as_path(path)
+    with reading(path):
+        return _load_vector_dir(path, corpus_ids, queries)
+
+
+def _load_vector_dir(path: Path, corpus_ids: Iterable[str] | None, queries: Mapping[str, str] | None) -> VectorDirectory:
     if not path.is_dir():
         raise InvalidRecord("vector directory not found", path=path)
     model_path = path / _MODEL_FILE
@@ -279,6 +287,7 @@ def load_vector_dir(
         raise InvalidRecord(
             f"documents have dimension {docs.shape[1]} but queries.npy has {query_rows.shape[1]}",
             path=path / "queries.npy",
+            field="shape",
         )
     dim = model.get("dim")
     if dim is not None and dim != docs.shape[1]:
@@ -289,3 +298,53 @@ def load_vector_dir(
             if key in rows and rows[key] != count:
                 raise InvalidRecord(f"says {rows[key]} {key} rows but there are {count}", path=model_path, field="rows")
     return VectorDirectory(doc_ids, docs, query_ids, query_rows, version=name.strip(), model=model, queries=queries)
+
+
+# --- writing -----------------------------------------------------------------------
+
+_WRITTEN = ("corpus.npy", "corpus_ids.txt", "queries.npy", "query_ids.txt", _MODEL_FILE)
+
+
+def write_vector_dir(
+    path: str | Path,
+    doc_ids: Sequence[str],
+    doc_matrix: np.ndarray,
+    query_ids: Sequence[str],
+    query_matrix: np.ndarray,
+    model: Mapping[str, Any],
+    *,
+    extra: Mapping[str, bytes] | None = None,
+) -> Path:
+    """Write a ``vectors/<model>/`` directory whole: beside ``path``, fsynced, then swapped in.
+
+    A run killed at any point leaves the old directory or the new one at
+    ``path`` (:func:`~labsrc.records.files.commit_dir`). ``extra`` adds files by
+    name. An existing ``path`` holding anything else is refused, since the
+    folder is replaced as a whole.
+    """
+    path = as_path(path)
+    names = set(_WRITTEN) | set(extra or {})
+    if path.exists() and not path.is_dir():
+        raise InvalidArgument(f"output {path} exists and is not a directory")
+    foreign = sorted(p.name for p in path.iterdir() if p.name not in names) if path.is_dir() else []
+    if foreign:
+        raise InvalidArgument(
+            f"output {path} holds files a vector directory does not ({', '.join(foreign[:5])}); it is replaced "
+            "as a whole, so give a new folder or one labsrc wrote"
+        )
+    files = {
+        "corpus.npy": lambda h: np.save(h, doc_matrix, allow_pickle=False),
+        "queries.npy": lambda h: np.save(h, query_matrix, allow_pickle=False),
+        "corpus_ids.txt": lambda h: h.write("".join(f"{i}\n" for i in doc_ids).encode("utf-8")),
+        "query_ids.txt": lambda h: h.write("".join(f"{i}\n" for i in query_ids).encode("utf-8")),
+        **{name: (lambda h, data=data: h.write(data)) for name, data in (extra or {}).items()},
+        _MODEL_FILE: lambda h: h.write((json.dumps(dict(model), indent=2, ensure_ascii=False) + "\n").encode("utf-8")),
+    }
+    with writing(path):
+        staged = stage_dir(path)
+        try:
+            for name, write in files.items():
+                write_durable(staged / name, write)
+            return commit_dir(staged, path)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)  # already gone unless something failed

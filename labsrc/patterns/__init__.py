@@ -29,6 +29,7 @@ from labsrc.patterns.dropin_records import (
     DropinRecord,
     POLICY_FIELDS,
     record_from_dict,
+    request_date,
 )
 from labsrc.patterns.dropin_text import (
     DROPIN_ANALYZER,
@@ -145,6 +146,7 @@ __all__ = [
     "needle_retriever",
     "post_filter",
     "record_from_dict",
+    "request_date",
     "rerank_search",
     "rrf",
     "search_by_category",

@@ -52,12 +52,13 @@ from labsrc.fusion.rrf import fuse_ranked_ids
 from labsrc.fusion.weighted import FusionParams, adaptive_fusion_params
 from labsrc.lanes.bm25 import DEFAULT_B, DEFAULT_K1
 from labsrc.lanes.dense import Encoder, HashingEncoder, MatrixVectors, encode_checked
-from labsrc.patterns.dropin_records import POLICY_FIELDS, DropinRecord, record_from_dict
+from labsrc.patterns.dropin_records import POLICY_FIELDS, DropinRecord, record_from_dict, request_date
 from labsrc.patterns.dropin_text import DROPIN_ANALYZER, make_snippet, rrf, tokenize
 from labsrc.patterns.expansion import QueryExpander
 from labsrc.patterns.filters import check_filter, matches_filter
-from labsrc.ranking import check_top_k
-from labsrc.records.loading import iter_jsonl, parse_date
+from labsrc.ranking import DEFAULT_MAX_QUERY_CHARS, check_max_query_chars, check_query, check_top_k
+from labsrc.records.files import as_path
+from labsrc.records.loading import iter_jsonl
 from labsrc.records.policy import Caller, chunk_lookup
 from labsrc.retriever.engine import LaneEngine
 
@@ -79,17 +80,6 @@ class QueryPlan:
     fusion: FusionParams
 
 
-def _as_date(on_date: object) -> dt.date:
-    if isinstance(on_date, str):
-        try:
-            return parse_date(on_date)
-        except ValueError as exc:
-            raise InvalidArgument(f"on_date: {exc}") from exc
-    if isinstance(on_date, dt.datetime) or not isinstance(on_date, dt.date):
-        raise InvalidArgument(f"on_date must be a datetime.date or an ISO date string, not {on_date!r}")
-    return on_date
-
-
 class HybridRetriever:
     """BM25 + embeddings + RRF over in-memory chunks. Build it with a ``from_*`` classmethod.
 
@@ -106,7 +96,9 @@ class HybridRetriever:
         expander: QueryExpander | None = None,
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
+        max_query_chars: int | None = DEFAULT_MAX_QUERY_CHARS,
     ) -> None:
+        self.max_query_chars = check_max_query_chars(max_query_chars)
         kinds = {r.has_policy for r in records}
         if len(kinds) > 1:
             plain = next(r for r in records if not r.has_policy)
@@ -144,6 +136,7 @@ class HybridRetriever:
             analyzer=DROPIN_ANALYZER,
             k1=k1,
             b=b,
+            max_query_chars=None,  # search() checks the caller's query; the expander may lengthen it
         )
         self.boundary = BoundaryIndex(self.engine.chunks)
         by_id = {r.chunk.chunk_id: r for r in records}
@@ -164,6 +157,7 @@ class HybridRetriever:
         expander: QueryExpander | None = None,
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
+        max_query_chars: int | None = DEFAULT_MAX_QUERY_CHARS,
     ) -> HybridRetriever:
         """Index a list of dicts. Each needs ``chunk_id`` and ``text_key``; see the module docs.
 
@@ -172,13 +166,16 @@ class HybridRetriever:
         ``embeddings`` (optional, [N, D], rows in the order of ``chunks``) are
         precomputed document vectors: then the embedder only encodes queries.
         ``expander`` is a :class:`~labsrc.patterns.expansion.QueryExpander` (see :meth:`plan`);
-        ``k1`` and ``b`` are the BM25 parameters.
+        ``k1`` and ``b`` are the BM25 parameters; ``max_query_chars`` the longest query
+        :meth:`search` accepts (``None``: no limit).
         """
+        if not isinstance(chunks, Iterable) or isinstance(chunks, (str, bytes, Mapping)):
+            raise InvalidArgument(f"chunks must be a list of dicts, not {type(chunks).__name__}")
         records = [
             record_from_dict(record, text_key=text_key, title_key=title_key, where=f"chunks[{i}]")
             for i, record in enumerate(chunks)
         ]
-        return cls(records, embedder=embedder, embeddings=embeddings, expander=expander, k1=k1, b=b)
+        return cls(records, embedder=embedder, embeddings=embeddings, expander=expander, k1=k1, b=b, max_query_chars=max_query_chars)
 
     @classmethod
     def from_jsonl(
@@ -192,11 +189,12 @@ class HybridRetriever:
         expander: QueryExpander | None = None,
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
+        max_query_chars: int | None = DEFAULT_MAX_QUERY_CHARS,
     ) -> HybridRetriever:
         """Read one JSON object per line, then as :meth:`from_chunks`. Errors name the file, line and field."""
         records: list[DropinRecord] = []
         seen: dict[str, int] = {}
-        for line, record in iter_jsonl(path):
+        for line, record in iter_jsonl(as_path(path)):
             item = record_from_dict(record, text_key=text_key, title_key=title_key, where=str(path), line=line)
             chunk_id = item.chunk.chunk_id
             if chunk_id in seen:
@@ -208,7 +206,7 @@ class HybridRetriever:
                 )
             seen[chunk_id] = line
             records.append(item)
-        return cls(records, embedder=embedder, embeddings=embeddings, expander=expander, k1=k1, b=b)
+        return cls(records, embedder=embedder, embeddings=embeddings, expander=expander, k1=k1, b=b, max_query_chars=max_query_chars)
 
     @classmethod
     def from_store(
@@ -219,6 +217,7 @@ class HybridRetriever:
         expander: QueryExpander | None = None,
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
+        max_query_chars: int | None = DEFAULT_MAX_QUERY_CHARS,
     ) -> HybridRetriever:
         """Rebuild from a :class:`~labsrc.patterns.store.SQLiteStore` without re-embedding.
 
@@ -253,7 +252,7 @@ class HybridRetriever:
                     "pass the embedder that made the stored vectors"
                 )
             embeddings = np.stack(rows)
-        return cls(records, embedder=retriever_embedder, embeddings=embeddings, expander=expander, k1=k1, b=b)
+        return cls(records, embedder=retriever_embedder, embeddings=embeddings, expander=expander, k1=k1, b=b, max_query_chars=max_query_chars)
 
     # --- the universe ------------------------------------------------------------------
 
@@ -269,7 +268,7 @@ class HybridRetriever:
                 )
             if not isinstance(caller, Caller):
                 raise InvalidArgument(f"caller must be a labsrc.Caller, not {type(caller).__name__}")
-            mask = self.boundary.mask(caller, _as_date(on_date))
+            mask = self.boundary.mask(caller, request_date(on_date))
         else:
             if caller is not None or on_date is not None:
                 raise InvalidArgument(
@@ -292,8 +291,7 @@ class HybridRetriever:
         expanded text, the embedding lane keeps the original wording, and
         :func:`~labsrc.fusion.weighted.adaptive_fusion_params` switches to (10, 3.0, 0.3).
         """
-        if not isinstance(query, str):
-            raise InvalidArgument(f"query must be a string, not {type(query).__name__}")
+        check_query(query, self.max_query_chars)
         expanded, fired = (query, ()) if self.expander is None else self.expander.expand(query)
         return QueryPlan(query, expanded, query, fired, adaptive_fusion_params(bool(fired)))
 
@@ -317,6 +315,7 @@ class HybridRetriever:
         before ranking. Results are sorted by (rrf_score desc, chunk_id asc). A
         blank query returns ``[]``.
         """
+        check_query(query, self.max_query_chars)
         k_bm25, k_embed, k = check_top_k(k_bm25, "k_bm25"), check_top_k(k_embed, "k_embed"), check_top_k(k, "k")
         mask = self._mask(caller, on_date, where)
         plan = self.plan(query)

@@ -22,11 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from labsrc.errors import InvalidRecord
-from labsrc.records.loading import Field
+from labsrc.errors import InvalidArgument, InvalidRecord
+from labsrc.records.loading import Field, parse_date
 from labsrc.records.policy import PolicyChunk
 
-__all__ = ["POLICY_FIELDS", "DropinRecord", "record_from_dict"]
+__all__ = ["POLICY_FIELDS", "DropinRecord", "record_from_dict", "request_date"]
 
 #: The fields that make a record a policy record; a record has all three or none.
 POLICY_FIELDS = ("region", "acl_tag", "effective_from")
@@ -131,3 +131,15 @@ def record_from_dict(
         index_text = f"{title}\n{text}" if title else text
     origin = where if line is None else f"{where} line {line}"
     return DropinRecord(chunk, index_text, has_policy, origin)  # type: ignore[arg-type]
+
+
+def request_date(on_date: object) -> dt.date:
+    """A request's ``on_date``: a ``datetime.date`` or an ISO date string (a datetime is refused)."""
+    if isinstance(on_date, str):
+        try:
+            return parse_date(on_date)
+        except ValueError as exc:
+            raise InvalidArgument(f"on_date: {exc}") from exc
+    if isinstance(on_date, dt.datetime) or not isinstance(on_date, dt.date):
+        raise InvalidArgument(f"on_date must be a datetime.date or an ISO date string, not {on_date!r}")
+    return on_date

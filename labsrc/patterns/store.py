@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ import numpy as np
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.dense import check_vector
 from labsrc.patterns.filters import compile_filter_sql
+from labsrc.records.files import as_path
 
 __all__ = ["EMBEDDING_DTYPE", "SQLiteStore"]
 
@@ -94,10 +95,10 @@ class SQLiteStore:
     """
 
     def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
+        self.path = path if path == ":memory:" else str(as_path(path))
         try:
             self._db = sqlite3.connect(self.path)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise InvalidRecord(f"cannot open SQLite store: {exc}", path=self.path) from exc
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA foreign_keys = ON")
@@ -107,8 +108,8 @@ class SQLiteStore:
         """Create the tables and index if they are missing; safe to call any number of times."""
         try:
             self._db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise InvalidRecord(f"not a usable SQLite store: {exc}", path=self.path) from exc
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            raise InvalidRecord(f"not a usable SQLite store: {exc}", path=self.path, field="database") from None
 
     # --- writing ------------------------------------------------------------------------
 
@@ -136,6 +137,8 @@ class SQLiteStore:
                 )
         except sqlite3.IntegrityError as exc:
             raise InvalidArgument(f"document {doc_id!r} is already in the store") from exc
+        except sqlite3.DatabaseError as exc:
+            raise InvalidRecord(f"cannot write: {exc}", path=self.path, field="documents") from None
 
     def add_chunk(
         self,
@@ -161,7 +164,7 @@ class SQLiteStore:
         _text(text, "text")
         _text(enriched_text, "enriched_text", optional=True)
         blob, dimension = (None, None) if embedding is None else _embedding_blob(embedding)
-        if self._db.execute("SELECT 1 FROM documents WHERE doc_id = ?", (doc_id,)).fetchone() is None:
+        if next(self._query("SELECT 1 FROM documents WHERE doc_id = ?", (doc_id,)), None) is None:
             raise InvalidArgument(f"no document {doc_id!r} in the store; call add_document({doc_id!r}) first")
         try:
             with self._db:
@@ -172,6 +175,8 @@ class SQLiteStore:
                 )
         except sqlite3.IntegrityError as exc:
             raise InvalidArgument(f"chunk {chunk_id!r} is already in the store") from exc
+        except sqlite3.DatabaseError as exc:
+            raise InvalidRecord(f"cannot write: {exc}", path=self.path, field="chunks") from None
 
     # --- reading ------------------------------------------------------------------------
 
@@ -180,17 +185,30 @@ class SQLiteStore:
         "d.title, d.path FROM chunks AS c JOIN documents AS d ON d.doc_id = c.doc_id"
     )
 
-    @staticmethod
-    def _row(row: sqlite3.Row) -> dict[str, Any]:
+    def _metadata(self, text: Any, where: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text)
+        except (TypeError, json.JSONDecodeError) as exc:
+            raise InvalidRecord(f"metadata is not JSON ({exc})", path=self.path, field=f"{where}.metadata") from None
+        if not isinstance(value, dict):
+            raise InvalidRecord(f"metadata must be a JSON object, not {type(value).__name__}", path=self.path,
+                                field=f"{where}.metadata")  # fmt: skip
+        return value
+
+    def _row(self, row: sqlite3.Row) -> dict[str, Any]:
+        where = f"chunks[{row['chunk_id']!r}]"
         embedding = None
         if row["embedding"] is not None:
-            embedding = np.frombuffer(row["embedding"], dtype=EMBEDDING_DTYPE).astype(np.float32, copy=False)
-            if embedding.size != row["dimension"]:
+            blob, dimension = row["embedding"], row["dimension"]
+            if not isinstance(blob, bytes) or len(blob) % EMBEDDING_DTYPE.itemsize or len(blob) // 4 != dimension:
+                size = f"{len(blob)} bytes" if isinstance(blob, bytes) else f"a {type(blob).__name__}"
                 raise InvalidRecord(
-                    f"embedding has {embedding.size} values but dimension says {row['dimension']}",
-                    path=f"chunks[{row['chunk_id']!r}]",
-                    field="embedding",
+                    f"embedding holds {size} but dimension {dimension!r} needs {EMBEDDING_DTYPE.itemsize} bytes "
+                    "per value (a truncated or foreign blob)",
+                    path=self.path,
+                    field=f"{where}.embedding",
                 )
+            embedding = np.frombuffer(blob, dtype=EMBEDDING_DTYPE).astype(np.float32, copy=False)
         return {
             "chunk_id": row["chunk_id"],
             "doc_id": row["doc_id"],
@@ -200,12 +218,22 @@ class SQLiteStore:
             "enriched_text": row["enriched_text"],
             "enriched_content": row["enriched_text"],
             "embedding": embedding,
-            "metadata": json.loads(row["metadata"]),
+            "metadata": self._metadata(row["metadata"], where),
         }
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> Iterator[sqlite3.Row]:
+        """Rows of a read, a damaged file (a corrupt page, not a database) an InvalidRecord naming it."""
+        try:
+            cursor = self._db.execute(sql, params)
+            while rows := cursor.fetchmany(256):
+                yield from rows
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a damaged page may hold invalid text
+            raise InvalidRecord(f"the SQLite file is damaged: {exc}", path=self.path, field="database") from None
 
     def get_chunk(self, chunk_id: str) -> dict[str, Any] | None:
         """The chunk as a dict (``embedding`` a read-only float32 array or None), or None."""
-        row = self._db.execute(f"{self._SELECT} WHERE c.chunk_id = ?", (chunk_id,)).fetchone()
+        _text(chunk_id, "chunk_id")
+        row = next(self._query(f"{self._SELECT} WHERE c.chunk_id = ?", (chunk_id,)), None)
         return None if row is None else self._row(row)
 
     def get_chunk_by_id(self, chunk_id: str) -> dict[str, Any] | None:
@@ -217,19 +245,21 @@ class SQLiteStore:
         return list(self.iter_chunks(where))
 
     def get_document(self, doc_id: str) -> dict[str, Any] | None:
-        row = self._db.execute("SELECT doc_id, title, path, metadata FROM documents WHERE doc_id = ?", (doc_id,)).fetchone()
+        _text(doc_id, "doc_id")
+        row = next(self._query("SELECT doc_id, title, path, metadata FROM documents WHERE doc_id = ?", (doc_id,)), None)
         if row is None:
             return None
-        return {"doc_id": row["doc_id"], "title": row["title"], "path": row["path"], "metadata": json.loads(row["metadata"])}
+        metadata = self._metadata(row["metadata"], f"documents[{row['doc_id']!r}]")
+        return {"doc_id": row["doc_id"], "title": row["title"], "path": row["path"], "metadata": metadata}
 
     def iter_chunks(self, where: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
         """Every chunk, in chunk_id order; ``where`` filters on chunk metadata inside SQLite."""
         sql, params = compile_filter_sql(where, column="c.metadata")
-        for row in self._db.execute(f"{self._SELECT} WHERE {sql} ORDER BY c.chunk_id", params):
+        for row in self._query(f"{self._SELECT} WHERE {sql} ORDER BY c.chunk_id", params):
             yield self._row(row)
 
     def count_chunks(self) -> int:
-        return int(self._db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
+        return int(next(self._query("SELECT COUNT(*) FROM chunks"))[0])
 
     def close(self) -> None:
         self._db.close()

@@ -14,6 +14,21 @@ from labsrc.records.cases import (
     iter_cases,
     load_cases,
 )
+from labsrc.records.checks import (
+    check_caller,
+    check_chunks,
+)
+from labsrc.records.files import (
+    as_path,
+    atomic_write_bytes,
+    commit_dir,
+    fsync_dir,
+    load_npy,
+    reading,
+    stage_dir,
+    write_durable,
+    writing,
+)
 from labsrc.records.loading import (
     Field,
     iter_jsonl,
@@ -36,15 +51,26 @@ __all__ = [
     "Field",
     "NEGATIVE_KINDS",
     "PolicyChunk",
+    "as_path",
+    "atomic_write_bytes",
     "case_format_problems",
     "cases_digest",
+    "check_caller",
+    "check_chunks",
     "chunk_lookup",
+    "commit_dir",
+    "fsync_dir",
     "iter_cases",
     "iter_jsonl",
     "load_callers",
     "load_cases",
     "load_chunks",
     "load_json",
+    "load_npy",
     "parse_date",
     "read_text",
+    "reading",
+    "stage_dir",
+    "write_durable",
+    "writing",
 ]

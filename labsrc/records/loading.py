@@ -65,8 +65,8 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     path = Path(path)
     try:
         handle = path.open("rb")
-    except OSError as exc:
-        raise InvalidRecord(f"cannot open: {exc.strerror}", path=path) from exc
+    except (OSError, ValueError) as exc:  # ValueError: a NUL or a lone surrogate in the name
+        raise InvalidRecord(f"cannot open: {getattr(exc, 'strerror', None) or exc}", path=path) from exc
     with handle:
         for number, raw in enumerate(handle, start=1):
             if number == 1:
@@ -95,8 +95,8 @@ def read_text(path: str | Path) -> str:
     path = Path(path)
     try:
         data = path.read_bytes()
-    except OSError as exc:
-        raise InvalidRecord(f"cannot open: {exc.strerror}", path=path) from exc
+    except (OSError, ValueError) as exc:  # ValueError: a NUL or a lone surrogate in the name
+        raise InvalidRecord(f"cannot open: {getattr(exc, 'strerror', None) or exc}", path=path) from exc
     _check_encoding(path, data[:64])
     try:
         return data.decode("utf-8-sig")

@@ -30,7 +30,8 @@ from labsrc.lanes.bm25 import DEFAULT_B, DEFAULT_K1
 from labsrc.lanes.dense import DenseIndex, DenseSource
 from labsrc.lanes.permitted import PermittedBM25, mask_key
 from labsrc.lanes.sparse import BM25Index
-from labsrc.ranking import check_top_k
+from labsrc.ranking import DEFAULT_MAX_QUERY_CHARS, check_max_query_chars, check_query, check_top_k
+from labsrc.records.checks import check_chunks
 from labsrc.records.policy import PolicyChunk, chunk_lookup
 
 __all__ = ["LaneEngine", "mask_key"]
@@ -53,6 +54,9 @@ class LaneEngine:
         The sparse lane's analyzer and BM25 parameters.
     cache_size:
         How many distinct masks keep their N_U and avgdl_U (cheap to recompute).
+    max_query_chars:
+        The longest query text a lane accepts (``None``: no limit); longer is an
+        :class:`~labsrc.errors.InvalidArgument` before any work is done.
     """
 
     def __init__(
@@ -65,8 +69,12 @@ class LaneEngine:
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
         cache_size: int = 64,
+        max_query_chars: int | None = DEFAULT_MAX_QUERY_CHARS,
     ) -> None:
-        given = tuple(chunk_lookup(chunks).values())
+        self.max_query_chars = check_max_query_chars(max_query_chars)
+        if not callable(analyzer):
+            raise InvalidArgument(f"analyzer must be callable (text -> list of terms), not {type(analyzer).__name__}")
+        given = tuple(chunk_lookup(check_chunks(chunks)).values())
         if index_texts is not None and len(index_texts) != len(given):
             raise InvalidArgument(f"index_texts has {len(index_texts)} entries for {len(given)} chunks")
         order = sorted(range(len(given)), key=lambda i: given[i].chunk_id)
@@ -117,7 +125,7 @@ class LaneEngine:
         """BM25 over the masked chunks only, statistics included: ``(chunk, score)`` with score > 0."""
         top_k = check_top_k(top_k)
         mask = self._check_mask(mask)
-        if not query.strip() or not mask.any():
+        if not check_query(query, self.max_query_chars).strip() or not mask.any():
             return []
         hits = self.bm25.search_terms(self.analyzer(query), mask, top_k)
         return [(self.chunks[p], s) for p, s in hits]
@@ -126,6 +134,6 @@ class LaneEngine:
         """Cosine over the masked chunks only: ``(chunk, score)`` with score > 0."""
         top_k = check_top_k(top_k)
         mask = self._check_mask(mask)
-        if not query.strip() or not mask.any():
+        if not check_query(query, self.max_query_chars).strip() or not mask.any():
             return []
         return self.dense_index.search(query, top_k, mask)

@@ -19,7 +19,8 @@ from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k, reciprocal_rank_fusion
 from labsrc.lanes.analysis import Analyzer, lesson_analyzer
 from labsrc.lanes.bm25 import DEFAULT_B, DEFAULT_K1
 from labsrc.lanes.dense import DenseSource, Encoder, as_dense_source
-from labsrc.ranking import check_top_k
+from labsrc.ranking import DEFAULT_MAX_QUERY_CHARS, check_max_query_chars, check_query, check_top_k
+from labsrc.records.checks import check_caller, check_chunks
 from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
 from labsrc.retriever.engine import LaneEngine
 from labsrc.trace import RetrievalTrace, StageTimer
@@ -111,6 +112,10 @@ class PolicyRetriever:
         RRF's smoothing constant (not the number of results; that is ``top_k``).
     weights:
         Optional per-lane RRF weights, ``{"bm25": w, "dense": w}``.
+    max_query_chars:
+        The longest query :meth:`search` accepts, in characters (``None``: no
+        limit). Search time grows linearly with the query; this refuses a
+        runaway one at once with :class:`~labsrc.errors.InvalidArgument`.
     """
 
     def __init__(
@@ -124,28 +129,38 @@ class PolicyRetriever:
         rrf_k: float = DEFAULT_RRF_K,
         weights: Mapping[str, float] | None = None,
         universe_cache_size: int = 8,
+        max_query_chars: int | None = DEFAULT_MAX_QUERY_CHARS,
     ) -> None:
-        self.chunks = tuple(chunk_lookup(chunks).values())
+        self.max_query_chars = check_max_query_chars(max_query_chars)
+        self.chunks = tuple(chunk_lookup(check_chunks(chunks)).values())
         self.vectors = as_dense_source(vectors)
         self.analyzer = analyzer
         self.k1 = k1
         self.b = b
         # Both lanes over every stored chunk; each request hands the engine the boundary's mask.
-        self.engine = LaneEngine(self.chunks, self.vectors, analyzer=analyzer, k1=k1, b=b, cache_size=universe_cache_size)
+        self.engine = LaneEngine(
+            self.chunks, self.vectors, analyzer=analyzer, k1=k1, b=b, cache_size=universe_cache_size,
+            max_query_chars=None,  # search() checks the query against this retriever's limit
+        )  # fmt: skip
         # The boundary's masks are over the engine's chunk order (sorted by chunk_id).
         self.boundary = BoundaryIndex(self.engine.chunks)
         self.rrf_k = check_rrf_k(rrf_k)
+        if weights is not None and not isinstance(weights, Mapping):
+            raise InvalidArgument(f"weights must be a dict such as {{'bm25': 1.0, 'dense': 1.0}}, not {type(weights).__name__}")
         self.weights = dict(weights or {})
-        unknown = sorted(set(self.weights) - {"bm25", "dense"})
+        unknown = sorted(map(repr, set(self.weights) - {"bm25", "dense"}))
         if unknown:
-            raise InvalidArgument(f"unknown lane(s) in weights: {unknown}; valid lanes: ['bm25', 'dense']")
+            raise InvalidArgument(f"unknown lane(s) in weights: [{', '.join(unknown)}]; valid lanes: ['bm25', 'dense']")
+        for lane, weight in self.weights.items():
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
+                raise InvalidArgument(f"weights[{lane!r}] must be a number >= 0, not {weight!r}")
 
     def versions(self, on_date: dt.date) -> dict[str, str]:
         return lane_versions(RETRIEVER_VERSION, self.analyzer, self.vectors, self.rrf_k, on_date)
 
     def universe(self, caller: Caller, on_date: dt.date) -> tuple[PolicyChunk, ...]:
         """The caller's permitted chunks on ``on_date``, in chunk_id order."""
-        return self.boundary.permitted(caller, on_date)
+        return self.boundary.permitted(check_caller(caller), on_date)
 
     def search(
         self,
@@ -156,8 +171,16 @@ class PolicyRetriever:
         *,
         query_kind: str = "adhoc",
     ) -> RetrievalResult:
-        """Run one request: authorize → bm25 → dense → fusion, each timed."""
+        """Run one request: authorize → bm25 → dense → fusion, each timed.
+
+        Arguments of the wrong type raise :class:`~labsrc.errors.InvalidArgument`
+        naming the argument, before any work is done.
+        """
+        check_query(query, self.max_query_chars)
+        check_caller(caller)
         top_k = check_top_k(top_k)
+        if not isinstance(query_kind, str):
+            raise InvalidArgument(f"query_kind must be a str, not {type(query_kind).__name__}")
         timer = StageTimer()
         sparse: list[tuple[PolicyChunk, float]] = []
         dense: list[tuple[PolicyChunk, float]] = []
@@ -198,6 +221,10 @@ def corpus_key(chunks: Sequence[PolicyChunk]) -> tuple[str, object]:
 def retriever_for(chunks: Sequence[PolicyChunk], vectors: DenseSource | Encoder) -> PolicyRetriever:
     """A cached :class:`PolicyRetriever` for this exact corpus and dense source (see :func:`corpus_key`)."""
     source = as_dense_source(vectors)
+    if not isinstance(chunks, Sequence):
+        chunks = check_chunks(chunks)  # a one-shot iterable: held as a tuple from here on
+    elif type(chunks) is not tuple:
+        check_chunks(chunks)  # checked; still keyed by its values below
     key = (corpus_key(chunks), source)
     # The entry holds the corpus itself, so an identity key's tuple stays alive while cached.
     _, retriever = _RETRIEVERS.get_or_build(key, lambda: (chunks, PolicyRetriever(chunks, source)))
@@ -214,7 +241,8 @@ def hybrid_rank(
 ) -> list[tuple[PolicyChunk, float]]:
     """The lesson's hybrid: boundary, then BM25 and dense at ``top_k``, then RRF cut to ``top_k``."""
     top_k = check_top_k(top_k)
-    if not query.strip():
+    check_caller(caller)
+    if not check_query(query, None).strip():
         return []
     return list(retriever_for(chunks, vectors).search(query, caller, on_date, top_k).fused)
 

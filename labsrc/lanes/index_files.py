@@ -1,0 +1,275 @@
+"""The files of a saved BM25 index: written atomically, read back only after they are checked.
+
+:mod:`labsrc.lanes.persistence` describes the layout and is the public entry
+point (``save_bm25_index``, ``load_bm25_index``); :meth:`BM25Index.save
+<labsrc.lanes.sparse.BM25Index.save>` and :meth:`BM25Index.load
+<labsrc.lanes.sparse.BM25Index.load>` call the two functions here. This module
+does not import the index class, so the class can call it without a cycle.
+
+**Atomic saves.** A save writes every file into a new folder beside the
+target (``.<name>.staging-<hex>``), fsyncs them, and then puts that folder in
+place of the target in one step (:func:`~labsrc.records.files.commit_dir`:
+``renameat2(RENAME_EXCHANGE)`` on Linux), removing the old one after. A save
+killed at any point leaves the previous index or the new one, complete, never
+neither; the file names inside stay the documented ones. Since the folder is
+replaced whole, a target holding files an index does not is refused.
+
+**Checked loads.** Every array is checked before it is used: dtype and shape
+against ``params.json``, ``ptr`` from 0 to the postings count and strictly
+increasing (every term has a posting), positions inside ``[0, n_docs)`` and
+ascending within each term, impacts, term frequencies and lengths finite and
+positive, ids unique and ascending. Each failure is an
+:class:`~labsrc.errors.InvalidRecord` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from labsrc.errors import InvalidArgument, InvalidRecord
+from labsrc.lanes.analysis import Analyzer
+from labsrc.records.files import as_path, commit_dir, load_npy, reading, stage_dir, write_durable, writing
+from labsrc.records.loading import load_json
+
+# read_index and write_index are the index class's own (BM25Index.load and .save call them).
+__all__ = ["INDEX_FORMAT", "analyzer_from_description", "describe_analyzer"]
+
+#: Written into params.json; bumped whenever the layout changes.
+INDEX_FORMAT = {"name": "labsrc-bm25-index", "version": 3}
+
+#: The arrays saved as .npy, and the NumPy kinds each may have ("f" float, "i"/"u" integer).
+# Version 3 keeps the packed postings in one file; version 2 (still read) kept doc_pos and impact apart.
+_ARRAYS = {"doc_len": "fiu", "ptr": "iu", "tf": "fiu", "postings": "i"}
+_ARRAYS_V2 = {"doc_len": "fiu", "ptr": "iu", "doc_pos": "iu", "tf": "fiu", "impact": "f"}
+#: The names a saved index's folder may hold (format 3, and format 2's two extra arrays).
+_OWNED = frozenset({f"{name}.npy" for name in {*_ARRAYS, *_ARRAYS_V2}} | {"ids.json", "vocabulary.json", "params.json"})
+
+
+def _analyzer_fields() -> list[dataclasses.Field[Any]]:
+    return [f for f in dataclasses.fields(Analyzer) if f.init]
+
+
+def describe_analyzer(analyzer: object) -> dict[str, Any]:
+    """The JSON description of an :class:`Analyzer` (its constructor fields).
+
+    Raises :class:`InvalidArgument` for anything else, e.g. a plain function:
+    its behaviour cannot be written down and rebuilt on load.
+    """
+    if type(analyzer) is not Analyzer:
+        raise InvalidArgument(
+            f"cannot save a BM25 index whose analyzer is {type(analyzer).__name__} {analyzer!r}: only a "
+            "labsrc.lanes.analysis.Analyzer can be stored reproducibly (by its fields); rebuild the index with "
+            "analyzer=Analyzer(...)"
+        )
+    description: dict[str, Any] = {}
+    for f in _analyzer_fields():
+        value = getattr(analyzer, f.name)
+        if isinstance(value, frozenset):
+            value = sorted(value)
+        if not (value is None or isinstance(value, (str, bool, int, float, list))):
+            raise InvalidArgument(f"Analyzer field {f.name!r} = {value!r} cannot be written to JSON")
+        description[f.name] = value
+    return description
+
+
+def analyzer_from_description(description: Any, *, path: str | Path | None = None) -> Analyzer:
+    """Rebuild the :class:`Analyzer` that :func:`describe_analyzer` described."""
+    if not isinstance(description, dict):
+        raise InvalidRecord("must be a JSON object of Analyzer fields", path=path, field="analyzer")
+    valid = {f.name for f in _analyzer_fields()}
+    unknown = sorted(set(description) - valid)
+    if unknown:
+        raise InvalidRecord(
+            f"unknown Analyzer field(s) {unknown}; valid fields are {sorted(valid)}", path=path, field="analyzer"
+        )
+    kwargs = dict(description)
+    if isinstance(kwargs.get("stopwords"), list):
+        kwargs["stopwords"] = frozenset(kwargs["stopwords"])
+    try:
+        return Analyzer(**kwargs)
+    except (InvalidArgument, TypeError, ValueError, re.error) as exc:
+        raise InvalidRecord(f"cannot rebuild the analyzer: {exc}", path=path, field="analyzer") from exc
+
+
+# --- writing ----------------------------------------------------------------------------
+
+
+def _json_bytes(value: Any, *, indent: int | None = None) -> bytes:
+    return (json.dumps(value, ensure_ascii=False, indent=indent) + "\n").encode("utf-8")
+
+
+def write_index(index: Any, directory: str | Path) -> Path:
+    """Write a :class:`~labsrc.lanes.sparse.BM25Index` to ``directory`` atomically (see the module docs)."""
+    directory = as_path(directory)
+    analyzer = describe_analyzer(index.analyzer)  # fail before writing anything
+    with writing(directory):
+        if directory.is_symlink():
+            directory = directory.resolve()  # replace the folder it points to, not the link
+        if directory.exists() and not directory.is_dir():
+            raise InvalidArgument(f"{directory} is a file; give a folder for the index")
+        foreign = sorted(p.name for p in directory.iterdir() if p.name not in _OWNED) if directory.is_dir() else []
+        if foreign:
+            raise InvalidArgument(
+                f"{directory} holds files a saved index does not ({', '.join(foreign[:5])}); a save replaces the "
+                "folder whole, so give a new folder or one an index was saved in"
+            )
+        staged = stage_dir(directory)
+        try:
+            _write(index, staged, analyzer)
+            return commit_dir(staged, directory)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)  # already gone unless something failed
+
+
+def _write(index: Any, directory: Path, analyzer: dict[str, Any]) -> None:
+    dtypes = {}
+    for name in _ARRAYS:
+        # Saved in the index's own dtype: a float32 -> float64 round trip could change scores.
+        array = np.ascontiguousarray(index._packed if name == "postings" else getattr(index, name))
+        write_durable(directory / f"{name}.npy", lambda h, a=array: np.save(h, a, allow_pickle=False))
+        dtypes[name] = array.dtype.str
+    terms = [""] * len(index.vocabulary)
+    for term, t in index.vocabulary.items():
+        terms[t] = term
+    for name, values in (("ids", list(index.ids)), ("vocabulary", terms)):
+        write_durable(directory / f"{name}.json", lambda h, v=values: h.write(_json_bytes(v)))
+    params = {
+        "format": INDEX_FORMAT,
+        "k1": index.k1,
+        "b": index.b,
+        "n_docs": len(index.ids),
+        "n_terms": len(terms),
+        "n_postings": int(len(index.tf)),
+        "dtypes": dtypes,
+        "analyzer": analyzer,
+    }
+    write_durable(directory / "params.json", lambda h: h.write(_json_bytes(params, indent=2)))
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+def _param_number(params: dict[str, Any], field: str, path: Path, *, integer: bool = False) -> Any:
+    value = params.get(field)
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < 0:
+        raise InvalidRecord(f"must be a finite non-negative {'integer' if integer else 'number'}, not {value!r}",
+                            path=path, field=field)  # fmt: skip
+    return value
+
+
+def _string_list(path: Path, length: int) -> list[str]:
+    if not path.exists():
+        raise InvalidRecord("missing file of a saved BM25 index", path=path)
+    values = load_json(path)
+    if not isinstance(values, list) or len(values) != length or not all(isinstance(v, str) for v in values):
+        raise InvalidRecord(f"expected a JSON list of {length} strings", path=path)
+    return values
+
+
+def _check(ok: bool, message: str, path: Path, field: str) -> None:
+    if not ok:
+        raise InvalidRecord(message, path=path, field=field)
+
+
+def _check_arrays(arrays: dict[str, np.ndarray], files: dict[str, Path], n_docs: int, n_postings: int) -> None:
+    """What the scoring code assumes of the arrays, checked once (a pass over each)."""
+    ptr = arrays["ptr"]
+    _check(ptr[0] == 0 and ptr[-1] == n_postings, f"must run from 0 to {n_postings}", files["ptr"], "ptr")
+    # int64 before differencing: an unsigned array's differences would wrap instead of going negative.
+    _check(bool(np.all(np.diff(ptr.astype(np.int64)) > 0)), "must increase strictly (every term has a posting)",
+           files["ptr"], "ptr")  # fmt: skip
+    if "postings" in arrays:
+        positions, impact = arrays["postings"][0], arrays["postings"][1].view(np.float64)
+        (pos_file, pos_field), (impact_file, impact_field) = (
+            (files["postings"], "postings[0] (positions)"), (files["postings"], "postings[1] (impacts)"))
+    else:
+        positions, impact = arrays["doc_pos"], arrays["impact"]
+        (pos_file, pos_field), (impact_file, impact_field) = (files["doc_pos"], "doc_pos"), (files["impact"], "impact")
+    if positions.size:
+        low, high = int(positions.min()), int(positions.max())
+        _check(low >= 0 and high < n_docs, f"positions run from {low} to {high}; they must lie in [0, {n_docs})",
+               pos_file, pos_field)  # fmt: skip
+        step = np.diff(positions.astype(np.int64))
+        step[ptr[1:-1] - 1] = 1  # a term's first posting may sit below the previous term's last one
+        _check(bool(np.all(step > 0)), "must ascend within each term (sorted, no repeats)", pos_file, pos_field)
+    _check(bool(np.all(np.isfinite(impact) & (impact > 0))), "every impact must be finite and > 0",
+           impact_file, impact_field)  # fmt: skip
+    tf = arrays["tf"]
+    _check(bool(np.all(np.isfinite(tf) & (tf > 0))), "every term frequency must be finite and > 0", files["tf"], "tf")
+    doc_len = arrays["doc_len"]
+    _check(bool(np.all(np.isfinite(doc_len) & (doc_len >= 0))), "every length must be finite and >= 0",
+           files["doc_len"], "doc_len")  # fmt: skip
+
+
+def read_index(directory: str | Path, mmap: bool) -> dict[str, Any]:
+    """The checked constructor arguments of the index saved in ``directory`` (formats 2 and 3)."""
+    directory = as_path(directory)
+    with reading(directory):
+        return _read(directory, mmap)
+
+
+def _read(directory: Path, mmap: bool) -> dict[str, Any]:
+    params_path = directory / "params.json"
+    if not params_path.exists():
+        raise InvalidRecord("no params.json: not a saved BM25 index (or an unfinished save)", path=directory)
+    params = load_json(params_path)
+    if not isinstance(params, dict):
+        raise InvalidRecord("expected a JSON object", path=params_path)
+    version = params.get("format", {}).get("version") if isinstance(params.get("format"), dict) else None
+    if params.get("format") != {**INDEX_FORMAT, "version": version} or version not in (2, 3):
+        raise InvalidRecord(f"unsupported index format {params.get('format')!r}; expected {INDEX_FORMAT}",
+                            path=params_path, field="format")  # fmt: skip
+    n_docs = _param_number(params, "n_docs", params_path, integer=True)
+    n_terms = _param_number(params, "n_terms", params_path, integer=True)
+    n_postings = _param_number(params, "n_postings", params_path, integer=True)
+    k1 = _param_number(params, "k1", params_path)
+    b = _param_number(params, "b", params_path)
+    _check(b <= 1, f"must be in [0, 1], not {b!r}", params_path, "b")
+    analyzer = analyzer_from_description(params.get("analyzer"), path=params_path)
+    dtypes = params.get("dtypes")
+    expected = _ARRAYS_V2 if version == 2 else _ARRAYS
+    if not isinstance(dtypes, dict) or set(dtypes) != set(expected):
+        raise InvalidRecord(f"must name the dtype of each of {sorted(expected)}", path=params_path, field="dtypes")
+    shapes = {"doc_len": (n_docs,), "ptr": (n_terms + 1,), "postings": (2, n_postings)}
+    arrays, files = {}, {}
+    for name, kinds in expected.items():
+        try:
+            dtype = np.dtype(dtypes[name])
+        except (TypeError, ValueError) as exc:
+            raise InvalidRecord(f"invalid dtype {dtypes[name]!r} for {name}", path=params_path, field="dtypes") from exc
+        _check(dtype.kind in kinds, f"{name} must be numeric, not {dtype}", params_path, "dtypes")
+        _check(name != "postings" or dtype == np.int64, f"postings must be int64, not {dtype}", params_path, "dtypes")
+        files[name] = path = directory / f"{name}.npy"
+        array = arrays[name] = load_npy(path, mmap=mmap)
+        shape = shapes.get(name, (n_postings,))
+        _check(array.dtype == dtype and array.shape == shape,
+               f"expected {dtype} of shape {shape}, found {array.dtype} of shape {array.shape}", path, name)  # fmt: skip
+    _check_arrays(arrays, files, n_docs, n_postings)
+    ids = _string_list(directory / f"ids.json", n_docs)
+    _check(all(a < b for a, b in zip(ids, ids[1:])), "ids must be unique and ascending (positions are in id order)",
+           directory / f"ids.json", "ids")  # fmt: skip
+    terms = _string_list(directory / f"vocabulary.json", n_terms)
+    vocabulary = {term: t for t, term in enumerate(terms)}
+    _check(len(vocabulary) == n_terms, "the vocabulary repeats a term", directory / f"vocabulary.json", "vocabulary")
+    return {
+        "ids": ids,
+        "doc_len": arrays["doc_len"],
+        "vocabulary": vocabulary,
+        "ptr": arrays["ptr"],
+        "doc_pos": arrays["doc_pos"] if version == 2 else arrays["postings"][0],
+        "tf": arrays["tf"],
+        "analyzer": analyzer,
+        "k1": k1,
+        "b": b,
+        "impact": arrays.get("impact"),
+        "packed": arrays.get("postings"),
+    }
