@@ -189,3 +189,16 @@ def test_every_build_is_closed(data: labsrc.Lesson) -> None:
 def test_unknown_noninterference_mode_is_refused(mode) -> None:
     with pytest.raises(labsrc.InvalidArgument, match="noninterference must be one of"):
         labsrc.GateConfig(noninterference=mode)
+
+
+def test_a_bare_encoder_is_wrapped_so_bait_gets_vectors(data: labsrc.Lesson) -> None:
+    seen = []
+
+    def factory(chunks, vectors):
+        seen.append(type(vectors).__name__)
+        return labsrc.PolicyRetriever(chunks, vectors)
+
+    run = labsrc.gate_retriever(factory, data.chunks, data.callers, data.cases, labsrc.HashingEncoder(),
+                                labsrc.GateConfig(top_k=2), on_date=data.eval_date, measure=False)
+    assert {g.name: g.status for g in run.gates}["noninterference by bait"] == "PASS"
+    assert set(seen) == {"EncoderVectors", "BaitVectors"}

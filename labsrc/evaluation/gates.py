@@ -59,7 +59,7 @@ from labsrc.evaluation.subject import (
     subject_versions,
 )
 from labsrc.evaluation.verdicts import GateResult
-from labsrc.lanes.dense import DenseSource
+from labsrc.lanes.dense import DenseSource, Encoder, as_dense_source
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
 from labsrc.retriever.policy import PolicyRetriever
@@ -282,7 +282,7 @@ def gate_retriever(
     chunks: Sequence[PolicyChunk],
     callers: Mapping[str, Caller] | Sequence[Caller],
     cases: Sequence[Case],
-    vectors: DenseSource | None = None,
+    vectors: DenseSource | Encoder | None = None,
     config: GateConfig | None = None,
     *,
     on_date: dt.date | None = None,
@@ -308,6 +308,8 @@ def gate_retriever(
     """
     config = config or GateConfig()
     _check_cases(cases)
+    if vectors is not None and not isinstance(vectors, DenseSource):
+        vectors = as_dense_source(vectors)  # a bare encoder: the factory, and the bait, get a dense source
     stored = tuple(chunk_lookup(chunks).values())
     callers = as_caller_map(callers)
     date = on_date or config.eval_date()
