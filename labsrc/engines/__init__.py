@@ -15,6 +15,7 @@ from labsrc.engines.authorize import (
     check_caller_text,
 )
 from labsrc.engines.errors import (
+    check_storable,
     driver_errors,
     server_name,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "create_tables",
     "dense_candidates",
     "document_vectors",
+    "check_storable",
     "driver_errors",
     "drop_store",
     "enable_row_security",

@@ -44,6 +44,7 @@ import json
 import secrets
 from typing import Any
 
+from labsrc.engines.errors import check_storable
 from labsrc.errors import InvalidArgument
 from labsrc.records.policy import Caller
 
@@ -59,15 +60,7 @@ _BLOCK = 64
 def _check_text(value: str, what: str) -> None:
     if not value.strip():
         raise InvalidArgument(f"{what} must be a non-blank string, not {value!r}")
-    if "\x00" in value:
-        raise InvalidArgument(f"{what} {value[:40]!r} contains a NUL character, which PostgreSQL text cannot hold")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidArgument(
-            f"{what} {value[:40]!r} is not valid Unicode (a lone surrogate at position {exc.start}): "
-            "PostgreSQL stores UTF-8"
-        ) from None
+    check_storable(value, f"{what} {value[:40]!r}")
 
 
 def check_caller_text(caller: Caller) -> None:

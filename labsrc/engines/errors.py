@@ -26,7 +26,23 @@ from labsrc.errors import InvalidArgument, LabError
 if TYPE_CHECKING:
     from labsrc.engines.pool import Timeouts
 
-__all__ = ["driver_errors", "first_line", "server_name", "translate"]
+__all__ = ["check_storable", "driver_errors", "first_line", "server_name", "translate"]
+
+
+def check_storable(value: str, what: str) -> None:
+    """Refuse what PostgreSQL text cannot store, before the driver does: a NUL, or a lone surrogate (not UTF-8).
+
+    ``what`` names the value in the message (``"caller region 'EU'"``, ``"chunk 'c1': field 'text'"``).
+    """
+    if "\x00" in value:
+        raise InvalidArgument(f"{what} contains a NUL character, which PostgreSQL text cannot store")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(
+            f"{what} is not valid Unicode (a lone surrogate at position {exc.start}), which PostgreSQL's UTF-8 "
+            "text cannot store"
+        ) from None
 
 
 def first_line(exc: BaseException) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from labsrc.engines.errors import check_storable
 from labsrc.errors import InvalidArgument
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import PolicyChunk
@@ -91,16 +92,7 @@ def document_vectors(chunks: Sequence[PolicyChunk], source: DenseSource) -> tupl
 def _check_text(chunk: PolicyChunk) -> None:
     """Refuse what PostgreSQL text cannot store (NUL, invalid UTF-8) and a blank region or tag, naming the field."""
     for name in ("chunk_id", "document_id", "version", "region", "acl_tag", "text"):
-        value = getattr(chunk, name)
-        if "\x00" in value:
-            raise InvalidArgument(f"chunk {chunk.chunk_id!r}: field {name!r} contains a NUL character, which PostgreSQL text cannot store")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidArgument(
-                f"chunk {chunk.chunk_id!r}: field {name!r} is not valid Unicode (a lone surrogate at position "
-                f"{exc.start}), which PostgreSQL's UTF-8 text cannot store"
-            ) from None
+        check_storable(getattr(chunk, name), f"chunk {chunk.chunk_id!r}: field {name!r}")
     for name in ("region", "acl_tag"):
         if not getattr(chunk, name).strip():
             raise InvalidArgument(f"chunk {chunk.chunk_id!r}: field {name!r} must be a non-blank string, not {getattr(chunk, name)!r}")

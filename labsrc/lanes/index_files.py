@@ -36,7 +36,16 @@ import numpy as np
 
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.analysis import Analyzer
-from labsrc.records.files import as_path, commit_dir, load_npy, reading, stage_dir, write_durable, writing
+from labsrc.records.files import (
+    as_path,
+    commit_dir,
+    load_npy,
+    reading,
+    refuse_foreign_files,
+    stage_dir,
+    write_durable,
+    writing,
+)
 from labsrc.records.loading import load_json
 
 # read_index and write_index are the index class's own (BM25Index.load and .save call them).
@@ -113,14 +122,7 @@ def write_index(index: Any, directory: str | Path) -> Path:
     with writing(directory):
         if directory.is_symlink():
             directory = directory.resolve()  # replace the folder it points to, not the link
-        if directory.exists() and not directory.is_dir():
-            raise InvalidArgument(f"{directory} is a file; give a folder for the index")
-        foreign = sorted(p.name for p in directory.iterdir() if p.name not in _OWNED) if directory.is_dir() else []
-        if foreign:
-            raise InvalidArgument(
-                f"{directory} holds files a saved index does not ({', '.join(foreign[:5])}); a save replaces the "
-                "folder whole, so give a new folder or one an index was saved in"
-            )
+        refuse_foreign_files(directory, _OWNED, "a saved index")
         staged = stage_dir(directory)
         try:
             _write(index, staged, analyzer)
@@ -254,12 +256,12 @@ def _read(directory: Path, mmap: bool) -> dict[str, Any]:
         _check(array.dtype == dtype and array.shape == shape,
                f"expected {dtype} of shape {shape}, found {array.dtype} of shape {array.shape}", path, name)  # fmt: skip
     _check_arrays(arrays, files, n_docs, n_postings)
-    ids = _string_list(directory / f"ids.json", n_docs)
+    ids = _string_list(directory / "ids.json", n_docs)
     _check(all(a < b for a, b in zip(ids, ids[1:])), "ids must be unique and ascending (positions are in id order)",
-           directory / f"ids.json", "ids")  # fmt: skip
-    terms = _string_list(directory / f"vocabulary.json", n_terms)
+           directory / "ids.json", "ids")  # fmt: skip
+    terms = _string_list(directory / "vocabulary.json", n_terms)
     vocabulary = {term: t for t, term in enumerate(terms)}
-    _check(len(vocabulary) == n_terms, "the vocabulary repeats a term", directory / f"vocabulary.json", "vocabulary")
+    _check(len(vocabulary) == n_terms, "the vocabulary repeats a term", directory / "vocabulary.json", "vocabulary")
     return {
         "ids": ids,
         "doc_len": arrays["doc_len"],

@@ -32,7 +32,16 @@ from typing import Any
 import numpy as np
 
 from labsrc.errors import InvalidArgument, InvalidRecord
-from labsrc.records.files import as_path, commit_dir, load_npy, reading, stage_dir, write_durable, writing
+from labsrc.records.files import (
+    as_path,
+    commit_dir,
+    load_npy,
+    reading,
+    refuse_foreign_files,
+    stage_dir,
+    write_durable,
+    writing,
+)
 from labsrc.records.loading import load_json, read_text
 from labsrc.records.policy import PolicyChunk
 
@@ -324,14 +333,7 @@ def write_vector_dir(
     """
     path = as_path(path)
     names = set(_WRITTEN) | set(extra or {})
-    if path.exists() and not path.is_dir():
-        raise InvalidArgument(f"output {path} exists and is not a directory")
-    foreign = sorted(p.name for p in path.iterdir() if p.name not in names) if path.is_dir() else []
-    if foreign:
-        raise InvalidArgument(
-            f"output {path} holds files a vector directory does not ({', '.join(foreign[:5])}); it is replaced "
-            "as a whole, so give a new folder or one labsrc wrote"
-        )
+    refuse_foreign_files(path, names, "a vector directory")
     files = {
         "corpus.npy": lambda h: np.save(h, doc_matrix, allow_pickle=False),
         "queries.npy": lambda h: np.save(h, query_matrix, allow_pickle=False),

@@ -21,7 +21,7 @@ import os
 import secrets
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -37,6 +37,7 @@ __all__ = [
     "fsync_dir",
     "load_npy",
     "reading",
+    "refuse_foreign_files",
     "stage_dir",
     "write_durable",
     "writing",
@@ -113,6 +114,21 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         beside.unlink(missing_ok=True)
     fsync_dir(path.parent)
     return path
+
+
+def refuse_foreign_files(target: Path, owned: Collection[str], what: str) -> None:
+    """Before replacing folder ``target`` whole with ``what``: refuse a file in its place, or files ``what`` did not write.
+
+    A save swaps a new folder in for the old one, so anything else in it would be lost.
+    """
+    if target.exists() and not target.is_dir():
+        raise InvalidArgument(f"{target} exists and is not a folder; give a folder for {what}")
+    foreign = sorted(p.name for p in target.iterdir() if p.name not in owned) if target.is_dir() else []
+    if foreign:
+        raise InvalidArgument(
+            f"{target} holds files {what} does not ({', '.join(foreign[:5])}); a save replaces the folder whole, "
+            "so give a new folder or one labsrc wrote"
+        )
 
 
 def stage_dir(target: str | Path) -> Path:
