@@ -38,11 +38,13 @@ def engine(server, data):
 
 
 def observe(conn):
-    """What a session can see: its ids, its postings' ids, and its BM25 statistics."""
+    """What a session can see: its ids, its postings' and vectors' ids, its groups and its BM25 statistics."""
     ids = sorted(row[0] for row in conn.execute("SELECT chunk_id FROM lab_chunks"))
     posted = sorted({row[0] for row in conn.execute("SELECT chunk_id FROM lab_postings")})
+    embedded = sorted(row[0] for row in conn.execute("SELECT chunk_id FROM lab_vectors"))
+    groups = conn.execute("SELECT count(*) FROM lab_group_stats").fetchone()[0]
     stats = bm25_statistics(conn, TERMS)
-    return ids, posted, (stats.n_docs, stats.total_len, stats.df)
+    return ids, posted, embedded, groups, (stats.n_docs, stats.total_len, stats.df)
 
 
 def luna_view(engine, data):
@@ -50,12 +52,13 @@ def luna_view(engine, data):
         return observe(conn)
 
 
-EMPTY = ([], [], (0, 0, {}))
+EMPTY = ([], [], [], 0, (0, 0, {}))
 
 
 def test_the_policies_read_a_signed_token_not_the_old_settings(engine, data):
     want = luna_view(engine, data)
     assert want[0] == sorted(c.chunk_id for c in labsrc.permitted_chunks(data.luna, data.chunks, data.eval_date))
+    assert want[2] == want[0]  # every lesson chunk has a vector, and the reader sees exactly the permitted ones
     assert "merchant-vip-refurb" not in want[0] and "eu-refurb-v1-rule" not in want[0]
     with engine.connect_as(data.luna, data.eval_date) as conn:
         # The issue's attack: widen tags and move the date with the settings the policies used to read.

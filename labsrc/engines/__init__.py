@@ -19,6 +19,12 @@ from labsrc.engines.errors import (
     driver_errors,
     server_name,
 )
+from labsrc.engines.groups import (
+    GROUP_KEY,
+    create_group_table,
+    create_group_triggers,
+    fill_group_stats,
+)
 from labsrc.engines.lanes_sql import (
     Bm25Statistics,
     DENSE_MODES,
@@ -33,14 +39,19 @@ from labsrc.engines.lanes_sql import (
 from labsrc.engines.loading import (
     LoadStats,
     analysed_postings,
+    analysed_terms,
+    boundary_order,
     document_vectors,
+    float8_array_binary,
     load_corpus,
+    vector_binary,
 )
 from labsrc.engines.pool import (
     DEFAULT_TIMEOUTS,
     Timeouts,
 )
 from labsrc.engines.postgres import (
+    DEFAULT_ITERATIVE_SCAN,
     ENGINE_VERSION,
     PostgresRetriever,
 )
@@ -49,6 +60,9 @@ from labsrc.engines.protocol import (
 )
 from labsrc.engines.schema import (
     BOUNDARY_POLICY,
+    INDEX_BUILD_MEMORY,
+    PLAIN_VECTOR_MAX_DIM,
+    READER_TABLES,
     REQUEST_FUNCTION,
     create_indexes,
     create_reader_role,
@@ -72,6 +86,18 @@ from labsrc.engines.store import (
 
 __all__ = [
     "BOUNDARY_POLICY",
+    "DEFAULT_ITERATIVE_SCAN",
+    "GROUP_KEY",
+    "INDEX_BUILD_MEMORY",
+    "PLAIN_VECTOR_MAX_DIM",
+    "READER_TABLES",
+    "analysed_terms",
+    "boundary_order",
+    "create_group_table",
+    "create_group_triggers",
+    "fill_group_stats",
+    "float8_array_binary",
+    "vector_binary",
     "Bm25Statistics",
     "DEFAULT_TIMEOUTS",
     "DENSE_MODES",

@@ -57,7 +57,8 @@ ITERATIVE_SCANS = ("off", "strict_order", "relaxed_order")
 
 _STATS_SQL = """
 SELECT c.n_docs, c.total_len, d.terms, d.dfs
-FROM (SELECT count(*) AS n_docs, coalesce(sum(doc_len), 0)::int8 AS total_len FROM lab_chunks) AS c,
+FROM (SELECT coalesce(sum(n_docs), 0)::int8 AS n_docs, coalesce(sum(total_len), 0)::int8 AS total_len
+        FROM lab_group_stats) AS c,
      (SELECT array_agg(term) AS terms, array_agg(df) AS dfs
         FROM (SELECT term, count(*) AS df FROM lab_postings WHERE term = ANY (%(terms)s::text[]) GROUP BY term) AS g
      ) AS d
@@ -147,9 +148,9 @@ def vector_literal(vector: np.ndarray) -> str:
 
 _EXACT_SQL = """
 WITH d AS MATERIALIZED (
-    SELECT chunk_id, embedding <=> %(q)s::vector AS dist
-    FROM lab_chunks
-    WHERE embedding <=> %(q)s::vector < 1.0 + %(margin)s::float8
+    SELECT chunk_id, dist
+    FROM (SELECT chunk_id, embedding <=> %(q)s::vector AS dist FROM lab_vectors OFFSET 0) AS s  -- one distance a row
+    WHERE dist < 1.0 + %(margin)s::float8
 ), cut AS (
     SELECT dist FROM d ORDER BY dist LIMIT 1 OFFSET %(offset)s
 )
@@ -159,7 +160,10 @@ WHERE d.dist <= coalesce((SELECT dist FROM cut), 'Infinity'::float8) + %(margin)
 """
 
 _HNSW_SQL = """
-SELECT chunk_id, embedding64 FROM lab_chunks ORDER BY embedding <=> %(q)s::vector LIMIT %(top_k)s
+WITH v AS MATERIALIZED (
+    SELECT chunk_id FROM lab_vectors ORDER BY embedding <=> %(q)s::vector LIMIT %(top_k)s
+)
+SELECT c.chunk_id, c.embedding64 FROM v JOIN lab_chunks AS c USING (chunk_id)
 """
 
 

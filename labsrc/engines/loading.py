@@ -1,9 +1,17 @@
-"""Bulk loading: analyse the corpus in Python, then ``COPY`` chunks and postings into PostgreSQL.
+"""Bulk loading: analyse the corpus in Python, then ``COPY`` chunks, vectors and terms into PostgreSQL.
 
 The analysis runs here, with the lab's own analyzer, so the SQL lane counts
 exactly the terms the in-memory lane counts. Rows go in with binary ``COPY``
-(one stream per table, not one ``INSERT`` per row), postings sorted by term so
-a term's postings sit together on disk. ``progress(phase, done, total)`` (the
+(one stream per table, not one ``INSERT`` per row), in one transaction:
+
+* ``lab_chunks``: one row per chunk, its float64 vector already in
+  PostgreSQL's binary ``float8[]`` form (:func:`float8_array_binary`);
+* ``lab_vectors``: the float32 vectors (:func:`vector_binary`) in boundary
+  order (:func:`boundary_order`), so a caller's rows share pages;
+* a staging table of each chunk's terms and counts, which one ``INSERT …
+  SELECT … unnest`` turns into ``lab_postings`` inside the server.
+
+``progress(phase, done, total)`` (the
 lab's progress protocol, see :mod:`labsrc.evaluation.latency`) is called as
 rows are written; the CLI turns it into a tqdm bar.
 """
@@ -22,7 +30,16 @@ from labsrc.errors import InvalidArgument
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import PolicyChunk
 
-__all__ = ["LoadStats", "analysed_postings", "document_vectors", "load_corpus"]
+__all__ = [
+    "LoadStats",
+    "analysed_postings",
+    "analysed_terms",
+    "boundary_order",
+    "document_vectors",
+    "float8_array_binary",
+    "load_corpus",
+    "vector_binary",
+]
 
 #: How many rows pass between two progress calls.
 PROGRESS_EVERY = 5000
@@ -31,11 +48,44 @@ _CHUNK_COLUMNS = (
     "chunk_id", "document_id", "version", "region", "acl_tag", "effective_from", "effective_to",
     "doc_len", "text", "embedding64",
 )  # fmt: skip
-_CHUNK_TYPES = ("text", "text", "text", "text", "text", "date", "date", "int4", "text", "float8[]")
-_POSTING_COLUMNS = (
-    "term", "chunk_id", "tf", "doc_len", "region", "acl_tag", "effective_from", "effective_to",
-)  # fmt: skip
-_POSTING_TYPES = ("text", "text", "int4", "int4", "text", "text", "date", "date")
+# "bytea" tells psycopg to send our bytes as they are: the server decodes them with the column's own binary
+# input function (float8[]'s array_recv), so no vector passes through a Python float.
+_CHUNK_TYPES = ("text", "text", "text", "text", "text", "date", "date", "int4", "text", "bytea")
+_VECTOR_COLUMNS = ("region", "acl_tag", "effective_from", "effective_to", "chunk_id", "embedding")
+_VECTOR_TYPES = ("text", "text", "date", "date", "text", "bytea")  # pgvector's vector_recv decodes the last
+_TERM_COLUMNS = ("chunk_id", "terms", "tfs")
+_TERM_TYPES = ("text", "text[]", "int4[]")
+
+# Postings are written by the server: one staged row per chunk (its terms and their counts) is unnested
+# next to the chunk's boundary columns, millions of rows without a Python loop.
+_POSTINGS_FROM_STAGE = """
+INSERT INTO lab_postings (term, chunk_id, tf, doc_len, region, acl_tag, effective_from, effective_to)
+SELECT u.term, c.chunk_id, u.tf, c.doc_len, c.region, c.acl_tag, c.effective_from, c.effective_to
+FROM lab_load_terms AS t JOIN lab_chunks AS c USING (chunk_id), unnest(t.terms, t.tfs) AS u(term, tf)
+"""
+
+_FLOAT8_OID = 701
+
+
+def float8_array_binary(matrix: np.ndarray) -> list[bytes]:
+    """Each row as PostgreSQL's binary ``float8[]`` (one dimension, no NULLs, big-endian), for ``COPY BINARY``."""
+    rows, dimension = matrix.shape
+    header = np.array([1, 0, _FLOAT8_OID, dimension, 1], dtype=">i4").tobytes()
+    body = np.empty((rows, dimension), dtype=[("size", ">i4"), ("value", ">f8")])
+    body["size"] = 8
+    body["value"] = matrix
+    return [header + body[i].tobytes() for i in range(rows)]
+
+
+def vector_binary(matrix: np.ndarray) -> list[bytes]:
+    """Each row as pgvector's binary ``vector`` (int16 dimension, int16 zero, big-endian float4s).
+
+    numpy's float64 → float32 rounds to nearest, as pgvector's ``float8[]::vector`` cast does.
+    """
+    rows, dimension = matrix.shape
+    header = np.array([dimension, 0], dtype=">i2").tobytes()
+    body = np.ascontiguousarray(matrix, dtype=">f4")
+    return [header + body[i].tobytes() for i in range(rows)]
 
 
 @dataclass(frozen=True)
@@ -48,16 +98,28 @@ class LoadStats:
     missing_vectors: int  # chunks stored without a vector (the dense lane can never return them)
 
 
+def analysed_terms(
+    chunks: Sequence[PolicyChunk], analyzer: Callable[[str], list[str]]
+) -> tuple[list[int], list[tuple[list[str], list[int]]]]:
+    """Each chunk's analysed length and its distinct terms with their counts (first-occurrence order)."""
+    lengths: list[int] = []
+    terms: list[tuple[list[str], list[int]]] = []
+    for chunk in chunks:
+        analysed = analyzer(chunk.text)
+        lengths.append(len(analysed))
+        counts = Counter(analysed)
+        terms.append((list(counts), list(counts.values())))
+    return lengths, terms
+
+
 def analysed_postings(
     chunks: Sequence[PolicyChunk], analyzer: Callable[[str], list[str]]
 ) -> tuple[list[int], list[tuple[str, str, int]]]:
     """Each chunk's analysed length and every ``(term, chunk_id, tf)``, sorted by term then chunk_id."""
-    lengths: list[int] = []
-    postings: list[tuple[str, str, int]] = []
-    for chunk in chunks:
-        terms = analyzer(chunk.text)
-        lengths.append(len(terms))
-        postings.extend((term, chunk.chunk_id, tf) for term, tf in Counter(terms).items())
+    lengths, terms = analysed_terms(chunks, analyzer)
+    postings = [
+        (term, chunk.chunk_id, tf) for chunk, (names, tfs) in zip(chunks, terms) for term, tf in zip(names, tfs)
+    ]
     postings.sort()
     return lengths, postings
 
@@ -118,6 +180,11 @@ def _copy(conn: Any, table: str, columns: Sequence[str], types: Sequence[str], r
     return done
 
 
+def boundary_order(chunks: Sequence[PolicyChunk]) -> list[int]:
+    """Positions of ``chunks`` sorted by (region, acl_tag, effective_from, chunk_id): the dense table's row order."""
+    return sorted(range(len(chunks)), key=lambda i: (chunks[i].region, chunks[i].acl_tag, chunks[i].effective_from, chunks[i].chunk_id))
+
+
 def load_corpus(
     conn: Any,
     chunks: Sequence[PolicyChunk],
@@ -126,7 +193,8 @@ def load_corpus(
     *,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> LoadStats:
-    """Analyse ``chunks`` and ``COPY`` them, with their ``vectors``, into ``lab_chunks`` and ``lab_postings``.
+    """Analyse ``chunks`` and ``COPY`` them, with their ``vectors``, into ``lab_chunks``, ``lab_vectors`` and
+    ``lab_postings``.
 
     ``chunks`` must be sorted by ``chunk_id`` with unique ids, and the
     connection's search_path must name the store's schema. Returns the row
@@ -137,21 +205,37 @@ def load_corpus(
     for chunk in chunks:
         _check_text(chunk)
     dimension = next((len(v) for v in vectors if v is not None), 0)
-    lengths, postings = analysed_postings(chunks, analyzer)
     for chunk_id, vector in zip((c.chunk_id for c in chunks), vectors):
         if vector is not None and not np.all(np.abs(vector) <= np.finfo(np.float32).max):
             raise InvalidArgument(f"chunk {chunk_id!r}: vector is outside float32's range, which pgvector stores")
+    present = [i for i, v in enumerate(vectors) if v is not None]
+    matrix = np.asarray([vectors[i] for i in present], dtype=np.float64).reshape(len(present), dimension)
+    lengths, terms = analysed_terms(chunks, analyzer)
+    with conn.transaction():  # all of the load or none of it
+        return _write(conn, chunks, lengths, terms, matrix, present, dimension, progress)
+
+
+def _write(conn: Any, chunks: Sequence[PolicyChunk], lengths: list[int], terms: list[tuple[list[str], list[int]]],
+           matrix: np.ndarray, present: list[int], dimension: int,
+           progress: Callable[[str, int, int], None] | None) -> LoadStats:
+    exact = dict(zip(present, float8_array_binary(matrix)))
     chunk_rows = (
         (c.chunk_id, c.document_id, c.version, c.region, c.acl_tag, c.effective_from, c.effective_to,
-         n, c.text, None if v is None else v.tolist())
-        for c, n, v in zip(chunks, lengths, vectors)
+         n, c.text, exact.get(i))
+        for i, (c, n) in enumerate(zip(chunks, lengths))
     )  # fmt: skip
     _copy(conn, "lab_chunks", _CHUNK_COLUMNS, _CHUNK_TYPES, chunk_rows, len(chunks), "load chunks", progress)
-    by_id = {c.chunk_id: (c, n) for c, n in zip(chunks, lengths)}
-    posting_rows = (
-        (term, chunk_id, tf, by_id[chunk_id][1], by_id[chunk_id][0].region, by_id[chunk_id][0].acl_tag,
-         by_id[chunk_id][0].effective_from, by_id[chunk_id][0].effective_to)
-        for term, chunk_id, tf in postings
+    stored = dict(zip(present, vector_binary(matrix)))
+    in_order = [i for i in boundary_order(chunks) if i in stored]
+    vector_rows = (
+        (chunks[i].region, chunks[i].acl_tag, chunks[i].effective_from, chunks[i].effective_to, chunks[i].chunk_id, stored[i])
+        for i in in_order
     )  # fmt: skip
-    _copy(conn, "lab_postings", _POSTING_COLUMNS, _POSTING_TYPES, posting_rows, len(postings), "load postings", progress)
-    return LoadStats(len(chunks), len(postings), dimension, sum(v is None for v in vectors))
+    _copy(conn, "lab_vectors", _VECTOR_COLUMNS, _VECTOR_TYPES, vector_rows, len(in_order), "load vectors", progress)
+    conn.execute("CREATE TEMP TABLE lab_load_terms (chunk_id text COLLATE \"C\", terms text[], tfs int4[]) ON COMMIT DROP")
+    term_rows = ((c.chunk_id, names, tfs) for c, (names, tfs) in zip(chunks, terms))
+    _copy(conn, "lab_load_terms", _TERM_COLUMNS, _TERM_TYPES, term_rows, len(chunks), "load terms", progress)
+    postings = conn.execute(_POSTINGS_FROM_STAGE).rowcount
+    if progress is not None:
+        progress("load postings", postings, postings)
+    return LoadStats(len(chunks), postings, dimension, len(chunks) - len(present))

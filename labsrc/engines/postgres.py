@@ -60,9 +60,12 @@ from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
 from labsrc.retriever.policy import RetrievalResult, lane_versions
 from labsrc.trace import StageTimer
 
-__all__ = ["ENGINE_VERSION", "PostgresRetriever"]
+__all__ = ["DEFAULT_ITERATIVE_SCAN", "ENGINE_VERSION", "PostgresRetriever"]
 
 ENGINE_VERSION = "postgres-retriever-v1"
+
+#: The HNSW walk keeps going until k rows pass row-level security (pgvector 0.8): no short lists by default.
+DEFAULT_ITERATIVE_SCAN = "relaxed_order"
 
 
 def _check_dense(dense_index: str, ef_search: int | None, iterative_scan: str | None) -> None:
@@ -111,9 +114,12 @@ class PostgresRetriever:
         ``"hnsw"`` (pgvector's graph index, built at load: approximate, and
         filtered by RLS *after* the walk).
     ef_search, iterative_scan:
-        pgvector's ``hnsw.ef_search`` (candidates per walk, default 40) and
-        ``hnsw.iterative_scan`` (``off``, ``strict_order``, ``relaxed_order``:
-        keep walking until k rows survive the filter). ``None`` keeps the server's.
+        pgvector's ``hnsw.ef_search`` (candidates per walk; ``None`` keeps the
+        server's, 40 by default) and ``hnsw.iterative_scan`` (``off``,
+        ``strict_order``, ``relaxed_order``: keep walking until k rows survive
+        the filter). ``None`` means :data:`DEFAULT_ITERATIVE_SCAN`
+        (``relaxed_order``), so a filtered walk returns full lists; pass
+        ``"off"`` to see the filtered-HNSW trap.
     progress:
         ``progress(phase, done, total)`` while loading (the CLI draws a tqdm bar).
     timeouts:
@@ -152,7 +158,7 @@ class PostgresRetriever:
             raise InvalidArgument(f"b must be a number in [0, 1], not {b!r}")
         self.dense_index = dense_index
         self.ef_search = ef_search
-        self.iterative_scan = iterative_scan
+        self.iterative_scan = DEFAULT_ITERATIVE_SCAN if dense_index == "hnsw" and iterative_scan is None else iterative_scan
         self._by_id = {c.chunk_id: c for c in self.chunks}
         self._owns_store = _store is None
         ordered = sorted(self.chunks, key=lambda c: c.chunk_id)

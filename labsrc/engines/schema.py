@@ -43,10 +43,14 @@ from __future__ import annotations
 from typing import Any
 
 from labsrc.engines.authorize import REQUEST_SETTING, RequestSigner
+from labsrc.engines.groups import create_group_table
 from labsrc.errors import InvalidArgument
 
 __all__ = [
     "BOUNDARY_POLICY",
+    "INDEX_BUILD_MEMORY",
+    "PLAIN_VECTOR_MAX_DIM",
+    "READER_TABLES",
     "REQUEST_FUNCTION",
     "create_indexes",
     "create_request_function",
@@ -105,6 +109,7 @@ $fn$
 _NO_STATISTICS = {
     "lab_chunks": ("chunk_id", "document_id", "version", "text"),
     "lab_postings": ("term", "chunk_id"),
+    "lab_vectors": ("chunk_id",),
 }
 
 _CHUNKS = """
@@ -118,8 +123,20 @@ CREATE TABLE {schema}.lab_chunks (
     effective_to   date,                          -- inclusive; NULL = still in force
     doc_len        int4 NOT NULL,                 -- analysed terms, duplicates counted (BM25's |d|)
     text           text NOT NULL,
-    embedding64    float8[],                      -- the exact vector, for rescoring
-    embedding      vector({dimension}) GENERATED ALWAYS AS (embedding64::vector({dimension})) STORED
+    embedding64    float8[]                       -- the exact vector, for rescoring (NULL: no vector)
+)
+"""
+
+# The dense lane's own narrow table: a row is the boundary and one float32 vector, stored in the row (PLAIN,
+# never TOASTed), loaded in boundary order so a caller's rows sit on pages of their own.
+_VECTORS = """
+CREATE TABLE {schema}.lab_vectors (
+    region         text NOT NULL,
+    acl_tag        text NOT NULL,
+    effective_from date NOT NULL,
+    effective_to   date,
+    chunk_id       text COLLATE "C" NOT NULL,
+    embedding      vector({dimension}) NOT NULL
 )
 """
 
@@ -148,7 +165,19 @@ _INDEXES = (
     # Covering the boundary columns and the length: N and avgdl for a caller are an index-only scan.
     "CREATE INDEX lab_chunks_boundary ON {schema}.lab_chunks (region, acl_tag, effective_from)"
     " INCLUDE (effective_to, doc_len, chunk_id)",
+    # The exact dense scan reads the caller's region and tags only (a bitmap scan over contiguous pages).
+    "CREATE INDEX lab_vectors_boundary ON {schema}.lab_vectors (region, acl_tag, effective_from) INCLUDE (effective_to)",
 )
+
+#: ``maintenance_work_mem`` while indexes are built: the postings key sorts millions of rows, and the HNSW
+#: graph (100k 384-d vectors: about 200 MB) is built fastest when it fits.
+INDEX_BUILD_MEMORY = "1GB"
+
+#: Every table the reader role may read, each behind :data:`BOUNDARY_POLICY`.
+READER_TABLES = ("lab_chunks", "lab_postings", "lab_vectors", "lab_group_stats")
+
+#: Widest vector kept in the row (PLAIN storage): 4 bytes a dimension plus the row must fit in an 8 kB page.
+PLAIN_VECTOR_MAX_DIM = 1900
 
 
 
@@ -168,6 +197,10 @@ def create_tables(conn: Any, schema: str, dimension: int) -> None:
     conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
     conn.execute(sql.SQL(_CHUNKS).format(schema=ident, dimension=sql.Literal(dimension)))
     conn.execute(sql.SQL(_POSTINGS).format(schema=ident))
+    conn.execute(sql.SQL(_VECTORS).format(schema=ident, dimension=sql.Literal(dimension)))
+    if dimension <= PLAIN_VECTOR_MAX_DIM:
+        conn.execute(sql.SQL("ALTER TABLE {}.lab_vectors ALTER COLUMN embedding SET STORAGE PLAIN").format(ident))
+    create_group_table(conn, schema)
 
 
 def create_indexes(conn: Any, schema: str) -> None:
@@ -177,8 +210,12 @@ def create_indexes(conn: Any, schema: str) -> None:
     any column it may ``SELECT``, and their most common values would name hidden terms and ids.
     """
     sql = _sql()
-    for statement in _INDEXES:
-        conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
+    conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(INDEX_BUILD_MEMORY)))
+    try:
+        for statement in _INDEXES:
+            conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
+    finally:
+        conn.execute("RESET maintenance_work_mem")
     for table, columns in _NO_STATISTICS.items():
         for column in columns:
             conn.execute(
@@ -186,7 +223,7 @@ def create_indexes(conn: Any, schema: str) -> None:
                     sql.Identifier(schema), sql.Identifier(table), sql.Identifier(column)
                 )
             )
-    for table in ("lab_chunks", "lab_postings"):
+    for table in ("lab_chunks", "lab_postings", "lab_vectors", "lab_group_stats"):
         # A visibility map too, so the covering indexes answer without touching the table.
         conn.execute(sql.SQL("VACUUM (ANALYZE) {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))
 
@@ -215,7 +252,7 @@ def create_reader_role(conn: Any, schema: str, role: str, password: str) -> None
         ).format(role=sql.Identifier(role), pw=sql.Literal(password))
     )
     conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), sql.Identifier(role)))
-    for table in ("lab_chunks", "lab_postings"):
+    for table in READER_TABLES:
         conn.execute(
             sql.SQL("GRANT SELECT ON {}.{} TO {}").format(
                 sql.Identifier(schema), sql.Identifier(table), sql.Identifier(role)
@@ -227,9 +264,9 @@ def create_reader_role(conn: Any, schema: str, role: str, password: str) -> None
 
 
 def enable_row_security(conn: Any, schema: str, role: str) -> None:
-    """Switch on (and force) row-level security with :data:`BOUNDARY_POLICY` on both tables."""
+    """Switch on (and force) row-level security with :data:`BOUNDARY_POLICY` on every table the reader reads."""
     sql = _sql()
-    for table in ("lab_chunks", "lab_postings"):
+    for table in READER_TABLES:
         name = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
         conn.execute(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(name))
         conn.execute(sql.SQL("ALTER TABLE {} FORCE ROW LEVEL SECURITY").format(name))

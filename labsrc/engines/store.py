@@ -24,9 +24,11 @@ from typing import Any
 
 from labsrc.engines.authorize import RequestSigner
 from labsrc.engines.errors import driver_errors, first_line, server_name
+from labsrc.engines.groups import create_group_triggers, fill_group_stats
 from labsrc.engines.loading import LoadStats, document_vectors, load_corpus
 from labsrc.engines.pool import DEFAULT_TIMEOUTS, Timeouts, reader_options, role_has_defaults
 from labsrc.engines.schema import (
+    INDEX_BUILD_MEMORY,
     create_indexes,
     create_reader_role,
     create_request_function,
@@ -130,6 +132,8 @@ class PostgresStore:
         self.search_path = f'"{self.schema}", "{self.vector_schema}"'
         self.admin.execute(f"SET search_path = {self.search_path}")
         stats = load_corpus(self.admin, chunks, vectors, analyzer, progress=progress)
+        self.groups = fill_group_stats(self.admin, self.schema)
+        create_group_triggers(self.admin, self.schema)
         try:
             create_indexes(self.admin, self.schema)
         except self._psycopg.errors.ProgramLimitExceeded as exc:
@@ -251,11 +255,16 @@ class PostgresStore:
         with self._admin_lock:
             if self.hnsw is None:
                 with driver_errors(self.server_name, self.timeouts):
-                    self.admin.execute(
-                        f"CREATE INDEX lab_chunks_embedding_hnsw ON lab_chunks USING hnsw (embedding vector_cosine_ops) "
-                        f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)})"
-                    )
-                    self.admin.execute("ANALYZE lab_chunks")
+                    # The graph is built fastest in memory: pgvector warns and slows down once it outgrows this.
+                    self.admin.execute(f"SET maintenance_work_mem = '{INDEX_BUILD_MEMORY}'")
+                    try:
+                        self.admin.execute(
+                            f"CREATE INDEX lab_vectors_embedding_hnsw ON lab_vectors USING hnsw (embedding vector_cosine_ops) "
+                            f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)})"
+                        )
+                    finally:
+                        self.admin.execute("RESET maintenance_work_mem")
+                    self.admin.execute("ANALYZE lab_vectors")
                 self.hnsw = {"m": int(m), "ef_construction": int(ef_construction)}
             return self.hnsw
 

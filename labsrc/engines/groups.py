@@ -1,0 +1,120 @@
+"""A caller's N and total length without a scan: statistics kept per boundary group, behind the same RLS.
+
+A *boundary group* is every chunk that shares ``(region, acl_tag,
+effective_from, effective_to)``. The boundary treats a group as one: on any
+date, any caller sees all of its chunks or none of them. So ``lab_group_stats``
+keeps one row per group (its chunk count and the sum of their analysed lengths),
+puts :data:`~labsrc.engines.schema.BOUNDARY_POLICY` on it, and a caller's
+statistics are the sums over the rows the policy lets it read::
+
+    N         = Σ n_docs     over the caller's visible groups
+    total_len = Σ total_len  over the caller's visible groups      (avgdl = total_len / N)
+
+Exact by construction: a visible group holds only permitted chunks, and every
+permitted chunk is in a visible group. A row never mixes a hidden chunk into a
+count the reader can read, so ``SELECT * FROM lab_group_stats`` shows the
+reader nothing the base tables would not.
+
+The rows are filled once after the bulk load and then kept by statement-level
+triggers on ``lab_chunks`` (``INSERT``, ``DELETE`` and ``UPDATE``, through
+transition tables), which run inside the writing statement's own transaction:
+a reader's snapshot sees the chunks and the statistics of the same commits.
+
+Why not df(t) too: a (group, term) table is as large as the postings when
+groups are small. On the benchmark corpus (SciFact cycled to 100k chunks with a
+random window per chunk: 25,949 groups) it holds 8.8 M rows against 11.5 M
+postings, so df is counted from the covering postings index instead, which
+reads only the caller's region and tags.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["GROUP_KEY", "create_group_table", "create_group_triggers", "fill_group_stats"]
+
+#: The columns a boundary group shares: exactly the columns the boundary policy reads.
+GROUP_KEY = ("region", "acl_tag", "effective_from", "effective_to")
+
+_TABLE = """
+CREATE TABLE {schema}.lab_group_stats (
+    region         text NOT NULL,
+    acl_tag        text NOT NULL,
+    effective_from date NOT NULL,
+    effective_to   date,
+    n_docs         int8 NOT NULL,
+    total_len      int8 NOT NULL
+)
+"""
+
+# NULLS NOT DISTINCT: effective_to is NULL for chunks still in force, and those form one group, not many.
+_KEY = """
+CREATE UNIQUE INDEX lab_group_stats_key ON {schema}.lab_group_stats (region, acl_tag, effective_from, effective_to)
+    INCLUDE (n_docs, total_len) NULLS NOT DISTINCT
+"""
+
+_FILL = """
+INSERT INTO {schema}.lab_group_stats
+SELECT region, acl_tag, effective_from, effective_to, count(*), sum(doc_len) FROM {schema}.lab_chunks GROUP BY 1, 2, 3, 4
+"""
+
+# One function for the three triggers; each branch reads only the transition tables its trigger defines.
+_APPLY = """
+CREATE FUNCTION {schema}.lab_group_stats_apply() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF TG_OP IN ('DELETE', 'UPDATE') THEN
+        INSERT INTO {schema}.lab_group_stats AS g
+        SELECT region, acl_tag, effective_from, effective_to, -count(*), -sum(doc_len) FROM old_rows GROUP BY 1, 2, 3, 4
+        ON CONFLICT (region, acl_tag, effective_from, effective_to)
+        DO UPDATE SET n_docs = g.n_docs + excluded.n_docs, total_len = g.total_len + excluded.total_len;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO {schema}.lab_group_stats AS g
+        SELECT region, acl_tag, effective_from, effective_to, count(*), sum(doc_len) FROM new_rows GROUP BY 1, 2, 3, 4
+        ON CONFLICT (region, acl_tag, effective_from, effective_to)
+        DO UPDATE SET n_docs = g.n_docs + excluded.n_docs, total_len = g.total_len + excluded.total_len;
+    END IF;
+    DELETE FROM {schema}.lab_group_stats WHERE n_docs = 0;  -- an emptied group leaves no row behind
+    RETURN NULL;
+END
+$fn$
+"""
+
+_TRIGGERS = (
+    "CREATE TRIGGER lab_group_stats_insert AFTER INSERT ON {schema}.lab_chunks REFERENCING NEW TABLE AS new_rows "
+    "FOR EACH STATEMENT EXECUTE FUNCTION {schema}.lab_group_stats_apply()",
+    "CREATE TRIGGER lab_group_stats_delete AFTER DELETE ON {schema}.lab_chunks REFERENCING OLD TABLE AS old_rows "
+    "FOR EACH STATEMENT EXECUTE FUNCTION {schema}.lab_group_stats_apply()",
+    "CREATE TRIGGER lab_group_stats_update AFTER UPDATE ON {schema}.lab_chunks "
+    "REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows "
+    "FOR EACH STATEMENT EXECUTE FUNCTION {schema}.lab_group_stats_apply()",
+)
+
+
+def _run(conn: Any, statement: str, schema: str) -> None:
+    from psycopg import sql
+
+    conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
+
+
+def create_group_table(conn: Any, schema: str) -> None:
+    """The empty ``lab_group_stats`` table (filled after the bulk load)."""
+    _run(conn, _TABLE, schema)
+
+
+def fill_group_stats(conn: Any, schema: str) -> int:
+    """Aggregate the loaded chunks into their groups (once, after ``COPY``) and key the table; returns the groups."""
+    _run(conn, _FILL, schema)
+    _run(conn, _KEY, schema)
+    from psycopg import sql
+
+    return int(conn.execute(sql.SQL("SELECT count(*) FROM {}.lab_group_stats").format(sql.Identifier(schema))).fetchone()[0])
+
+
+def create_group_triggers(conn: Any, schema: str) -> None:
+    """From now on every write to ``lab_chunks`` updates its groups' rows in the same transaction."""
+    _run(conn, _APPLY, schema)
+    for statement in _TRIGGERS:
+        _run(conn, statement, schema)
