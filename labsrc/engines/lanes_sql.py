@@ -1,9 +1,11 @@
 """Both lanes as SQL, run as the reader role inside a request's transaction (so behind RLS).
 
-**BM25.** Two statements. The first aggregates the statistics over the rows
-the session can see: N = ``count(*)`` of ``lab_chunks``, the total length
-(avgdl = total / N) and, per query term, df = ``count(*)`` of its postings.
-Row-level security filters both tables, so these are the caller's universe's
+**BM25.** Two statements. The first reads the statistics of the rows the
+session can see: N and the total length (avgdl = total / N) are sums over the
+visible rows of ``lab_group_stats``, one per boundary group
+(:mod:`labsrc.engines.groups`), and, per query term, df = ``count(*)`` of its
+visible postings (an index-only scan of the caller's region and tags).
+Row-level security filters every table, so these are the caller's universe's
 statistics by construction; a hidden chunk cannot move an idf. Python then
 applies the lab's own :func:`~labsrc.lanes.sparse.idf_lucene` (PostgreSQL has
 ``ln`` but no ``log1p``, and the two differ in the last bit), and the second
@@ -19,10 +21,13 @@ distance (``<=>``) in float32, so its scores differ from the float64 lane
 around the 7th digit. The engine uses pgvector to *choose* candidates and
 rescores them from the stored float64 vector with the lab's
 :func:`~labsrc.lanes.dense.cosine_similarity` (the usual "rescore with full
-precision" step). ``exact`` scans every visible row and keeps every chunk
+precision" step). Both modes read ``lab_vectors``, the narrow table of
+float32 vectors in boundary order. ``exact`` scans every visible row (the
+caller's region and tags, through the boundary index) and keeps every chunk
 whose float32 distance is within a rounding bound of the k-th, so no true
 top-k chunk can be lost; ``hnsw`` asks the index for k rows, which is where
-the filtered-HNSW trap lives (RLS filters *after* the graph walk).
+the filtered-HNSW trap lives (RLS filters *after* the graph walk) unless
+``hnsw.iterative_scan`` keeps the walk going, as the engine does by default.
 """
 
 from __future__ import annotations

@@ -1,11 +1,23 @@
 """The tables, the reader role and the row-level security policies: the boundary, inside the database.
 
-Two tables hold the corpus. ``lab_chunks`` has one row per chunk (its boundary
-columns, its analysed length, its text and its vector); ``lab_postings`` has one
-row per (term, chunk) with the term frequency and, copied from the chunk, the
-length and the boundary columns. Both carry the *same* policy,
-:data:`BOUNDARY_POLICY`, which compares the row with the claims of the current
-request:
+Four tables hold the corpus, each laid out so that a request reads its
+caller's rows and not the others':
+
+* ``lab_chunks``: one row per chunk (its boundary columns, its analysed
+  length, its text and its exact float64 vector, for rescoring);
+* ``lab_postings``: one row per (term, chunk) with the term frequency and,
+  copied from the chunk, the length and the boundary columns; its key leads
+  with region and tag, so a term's postings are read for the caller's region
+  and tags only;
+* ``lab_vectors``: the dense lane's narrow table, the boundary columns and
+  one float32 ``vector(d)`` kept in the row, loaded in boundary order, so
+  the exact scan reads the pages of the caller's region and tags, not a
+  wide row and its TOAST for every chunk;
+* ``lab_group_stats``: N and total length per boundary group
+  (:mod:`labsrc.engines.groups`), kept by triggers.
+
+All four carry the *same* policy, :data:`BOUNDARY_POLICY`, which compares the
+row with the claims of the current request:
 
 =================  =====================================  ================
 claim              value                                  boundary rule
@@ -25,7 +37,7 @@ session that is not authorized sees an empty corpus (fail closed). Each claim is
 read once per statement, in a scalar subquery (an *InitPlan*), not once per row.
 
 The retriever queries as a dedicated role that may log in, ``SELECT`` from the
-two tables and call ``lab_request()``, and nothing else: not the owner, not a
+four tables and call ``lab_request()``, and nothing else: not the owner, not a
 superuser, no ``BYPASSRLS``, no role memberships. Policies are ``FORCE``d, so
 even the owner's own queries are filtered (the owner has no policy, so it sees
 no rows; loading happens before the policies are switched on). Whatever SQL a
@@ -188,7 +200,7 @@ def _sql() -> Any:
 
 
 def create_tables(conn: Any, schema: str, dimension: int) -> None:
-    """Create the schema, pgvector (if absent) and the two tables, without indexes or policies yet."""
+    """Create the schema, pgvector (if absent) and the four tables, without indexes or policies yet."""
     sql = _sql()
     if not isinstance(dimension, int) or not 1 <= dimension <= 16000:
         raise InvalidArgument(f"vector dimension must be an int in [1, 16000] (pgvector's limit), not {dimension!r}")
@@ -243,7 +255,7 @@ def create_request_function(conn: Any, schema: str, signer: RequestSigner) -> No
 
 
 def create_reader_role(conn: Any, schema: str, role: str, password: str) -> None:
-    """The retriever's role: may log in, read the two tables and call ``lab_request()``; never past RLS."""
+    """The retriever's role: may log in, read the four tables and call ``lab_request()``; never past RLS."""
     sql = _sql()
     conn.execute(
         sql.SQL(
