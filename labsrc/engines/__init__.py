@@ -28,6 +28,7 @@ from labsrc.engines.groups import (
 from labsrc.engines.lanes_sql import (
     Bm25Statistics,
     DENSE_MODES,
+    HNSW_OVERFETCH,
     ITERATIVE_SCANS,
     bm25_statistics,
     dense_candidates,
@@ -51,6 +52,7 @@ from labsrc.engines.pool import (
     Timeouts,
 )
 from labsrc.engines.postgres import (
+    DEFAULT_EF_SEARCH,
     DEFAULT_ITERATIVE_SCAN,
     ENGINE_VERSION,
     PostgresRetriever,
@@ -86,8 +88,10 @@ from labsrc.engines.store import (
 
 __all__ = [
     "BOUNDARY_POLICY",
+    "DEFAULT_EF_SEARCH",
     "DEFAULT_ITERATIVE_SCAN",
     "GROUP_KEY",
+    "HNSW_OVERFETCH",
     "INDEX_BUILD_MEMORY",
     "PLAIN_VECTOR_MAX_DIM",
     "READER_TABLES",

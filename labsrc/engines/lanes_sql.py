@@ -45,6 +45,7 @@ from labsrc.ranking import top_k_positions
 
 __all__ = [
     "DENSE_MODES",
+    "HNSW_OVERFETCH",
     "ITERATIVE_SCANS",
     "Bm25Statistics",
     "bm25_statistics",
@@ -57,6 +58,9 @@ __all__ = [
 
 #: The dense lane's index modes.
 DENSE_MODES = ("exact", "hnsw")
+#: HNSW returns this many times k candidates, all rescored in float64, the best k kept: ``relaxed_order``
+#: scans return rows slightly out of order, and copies of one vector tie, so the k-th is rarely the true k-th.
+HNSW_OVERFETCH = 2
 #: pgvector 0.8's ``hnsw.iterative_scan`` values.
 ITERATIVE_SCANS = ("off", "strict_order", "relaxed_order")
 
@@ -195,7 +199,7 @@ def dense_candidates(
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(int(ef_search)),))
         if iterative_scan is not None:
             conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true)", (iterative_scan,))
-        rows = conn.execute(_HNSW_SQL, {"q": literal, "top_k": int(top_k)}).fetchall()
+        rows = conn.execute(_HNSW_SQL, {"q": literal, "top_k": HNSW_OVERFETCH * int(top_k)}).fetchall()
     return [(str(chunk_id), vector) for chunk_id, vector in rows if vector is not None]
 
 

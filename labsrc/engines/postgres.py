@@ -60,12 +60,15 @@ from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
 from labsrc.retriever.policy import RetrievalResult, lane_versions
 from labsrc.trace import StageTimer
 
-__all__ = ["DEFAULT_ITERATIVE_SCAN", "ENGINE_VERSION", "PostgresRetriever"]
+__all__ = ["DEFAULT_EF_SEARCH", "DEFAULT_ITERATIVE_SCAN", "ENGINE_VERSION", "PostgresRetriever"]
 
 ENGINE_VERSION = "postgres-retriever-v1"
 
 #: The HNSW walk keeps going until k rows pass row-level security (pgvector 0.8): no short lists by default.
 DEFAULT_ITERATIVE_SCAN = "relaxed_order"
+#: Candidates per HNSW walk by default: Recall@10 0.99 against exact on 100k SciFact at 384-d (pgvector's own
+#: default, 40, gave 0.96; README, "Scaling past one machine").
+DEFAULT_EF_SEARCH = 100
 
 
 def _check_dense(dense_index: str, ef_search: int | None, iterative_scan: str | None) -> None:
@@ -114,8 +117,8 @@ class PostgresRetriever:
         ``"hnsw"`` (pgvector's graph index, built at load: approximate, and
         filtered by RLS *after* the walk).
     ef_search, iterative_scan:
-        pgvector's ``hnsw.ef_search`` (candidates per walk; ``None`` keeps the
-        server's, 40 by default) and ``hnsw.iterative_scan`` (``off``,
+        pgvector's ``hnsw.ef_search`` (candidates per walk; ``None`` means
+        :data:`DEFAULT_EF_SEARCH`, 100) and ``hnsw.iterative_scan`` (``off``,
         ``strict_order``, ``relaxed_order``: keep walking until k rows survive
         the filter). ``None`` means :data:`DEFAULT_ITERATIVE_SCAN`
         (``relaxed_order``), so a filtered walk returns full lists; pass
@@ -157,7 +160,7 @@ class PostgresRetriever:
         if not 0 <= self.b <= 1:
             raise InvalidArgument(f"b must be a number in [0, 1], not {b!r}")
         self.dense_index = dense_index
-        self.ef_search = ef_search
+        self.ef_search = DEFAULT_EF_SEARCH if dense_index == "hnsw" and ef_search is None else ef_search
         self.iterative_scan = DEFAULT_ITERATIVE_SCAN if dense_index == "hnsw" and iterative_scan is None else iterative_scan
         self._by_id = {c.chunk_id: c for c in self.chunks}
         self._owns_store = _store is None
