@@ -15,7 +15,7 @@ import pytest
 from pg_support import SKIP_REASON
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_postgres.py"
-CONFIGURATIONS = {"memory", "engine-exact", "engine-hnsw-relaxed", "engine-hnsw-default", "baseline"}
+CONFIGURATIONS = {"memory", "engine-exact", "engine-hnsw", "engine-hnsw-off", "baseline"}
 
 pytestmark = pytest.mark.skipif(SKIP_REASON is not None, reason=f"the benchmark runs PostgreSQL: {SKIP_REASON}")
 
@@ -40,16 +40,16 @@ def test_bench_postgres_runs_every_configuration_on_a_tiny_corpus(tmp_path: Path
         assert set(row["rps"]) == {"1", "2"} and all(rps > 0 for rps in row["rps"].values())
         assert set(row["stages"]) == {"authorize", "bm25", "dense", "fusion"}
         assert row["p95_ms"] >= row["p50_ms"] > 0
-    for name in ("engine-hnsw-relaxed", "engine-hnsw-default", "baseline"):
+    for name in ("engine-hnsw", "engine-hnsw-off", "baseline"):
         assert 0.0 <= configurations[name]["recall_at_10"] <= 1.0
         assert 0 <= configurations[name]["short_lists"] <= 20
     assert "recall_at_10" not in configurations["engine-exact"]  # exact is the truth, not measured against itself
     assert configurations["engine-exact"]["load_s"]["PostgresRetriever(...)"] > 0
-    assert configurations["engine-hnsw-relaxed"]["load_s"]["HNSW index (first with_dense)"] >= 0
+    assert configurations["engine-hnsw"]["load_s"]["HNSW index (first with_dense)"] >= 0
     assert {"binary COPY, tsvector generated", "gin index", "hnsw index", "btree index", "total"} <= set(configurations["baseline"]["load_s"])
     assert set(result["ratios"]) == {
-        "engine-exact / memory", "engine-hnsw-relaxed / memory", "engine-hnsw-default / memory",
-        "engine-hnsw-relaxed / baseline", "engine-exact / baseline",
+        "engine-exact / memory", "engine-hnsw / memory", "engine-hnsw-off / memory",
+        "engine-hnsw / baseline", "engine-exact / baseline",
     }  # fmt: skip
     assert result["equality"] == {"checked": 20, "differing": 0}
     assert (result["chunks"], result["dim"], result["requests"], result["clients"]) == (300, 16, 20, [1, 2])
@@ -59,7 +59,7 @@ def test_bench_postgres_without_the_baseline(tmp_path: Path):
     done, result = run_bench(tmp_path, "--no-baseline")
     assert set(result["configurations"]) == CONFIGURATIONS - {"baseline"}
     assert "baseline" not in done.stdout
-    assert set(result["ratios"]) == {"engine-exact / memory", "engine-hnsw-relaxed / memory", "engine-hnsw-default / memory"}
+    assert set(result["ratios"]) == {"engine-exact / memory", "engine-hnsw / memory", "engine-hnsw-off / memory"}
     assert result["equality"]["checked"] == 20 and result["equality"]["differing"] == 0
 
 
