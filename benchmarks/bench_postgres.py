@@ -481,11 +481,11 @@ def print_latency(results: dict[str, Measured], requests: int) -> None:
     note = " (baseline's 'authorize': borrowing a connection)" if "baseline" in results else ""
     print(f"\nlatency at 1 client over {requests} requests, ms p50 / p95{note}")
     stages = list(labsrc.STAGES)
-    print(f"  {'configuration':<22}" + "".join(f"{s:>16}" for s in [*stages, "request"]))
+    print(f"  {'configuration':<22}" + "".join(f"{s:>19}" for s in [*stages, "request"]))
     for name, measured in results.items():
         cells = [(pct(measured.stages_ms[s], 50), pct(measured.stages_ms[s], 95)) for s in stages]
         cells.append((pct(measured.totals_ms, 50), pct(measured.totals_ms, 95)))
-        print(f"  {name:<22}" + "".join(f"{f'{a:.2f} / {b:.2f}':>16}" for a, b in cells))
+        print(f"  {name:<22}" + "".join(f" {f'{a:.2f} / {b:.2f}':>18}" for a, b in cells))  # a space even at 1,000+ ms
 
 
 def print_throughput(results: dict[str, Measured], recalls: dict[str, dict[str, float]], clients: list[int]) -> None:
