@@ -20,7 +20,16 @@ from labsrc.lanes.dense import DenseSource, Encoder
 from labsrc.records.policy import PolicyChunk
 from labsrc.retriever.policy import PolicyRetriever
 
-__all__ = ["ENGINES", "add_engine_options", "close_engines", "engine_factory", "make_retriever"]
+__all__ = [
+    "ENGINES",
+    "START_REPLICA",
+    "add_engine_options",
+    "add_replica_option",
+    "close_engines",
+    "engine_factory",
+    "make_retriever",
+    "serve_from_replica",
+]
 
 #: The engines a command can run on.
 ENGINES = ("memory", "postgres")
@@ -73,6 +82,37 @@ def engine_factory(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, str]:
     factory = SharedServerFactory(dsn, **kwargs)
     _OPEN.callback(factory.close)
     return factory, "postgres"
+
+
+#: ``--replica start``: start a streaming replica of the engine's server for this command.
+START_REPLICA = "start"
+
+
+def add_replica_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--replica DSN|start`` (search on a read replica) to a command that has the engine options."""
+    parser.add_argument(
+        "--replica", metavar="DSN|start",
+        help="with --engine postgres: load on the primary, search on a streaming read replica of it: the replica's "
+             "DSN (of --dsn's server), or 'start' to start one of the server on this machine (pg_basebackup)",
+    )  # fmt: skip
+
+
+def serve_from_replica(args: argparse.Namespace, retriever: Any) -> tuple[Any, str | None]:
+    """``(retriever, where)``: with ``--replica``, a view of ``retriever`` that searches on the replica, and its name."""
+    replica = getattr(args, "replica", None)
+    if replica is None:
+        return retriever, None
+    if (getattr(args, "engine", None) or "memory") != "postgres":
+        raise InvalidArgument("--replica applies to --engine postgres only (the primary loads, the replica serves)")
+    if replica == START_REPLICA:
+        from labsrc.engines.replica import StreamingReplica
+
+        started = StreamingReplica(retriever.dsn)
+        _OPEN.callback(started.stop)  # after the view closes, before the primary's store and server
+        replica = started.dsn
+    view = retriever.on_replicas(replica)
+    _OPEN.callback(view.close)
+    return view, view.store.replicas[0].server_name
 
 
 def close_engines() -> None:

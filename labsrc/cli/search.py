@@ -12,7 +12,12 @@ import datetime as dt
 import numpy as np
 
 from labsrc.boundary import permitted_chunks
-from labsrc.cli.engines import add_engine_options, make_retriever
+from labsrc.cli.engines import (
+    add_engine_options,
+    add_replica_option,
+    make_retriever,
+    serve_from_replica,
+)
 from labsrc.cli.gate import iso_date, load_dense_source
 from labsrc.datasets.lesson import lesson
 from labsrc.errors import InvalidArgument
@@ -48,11 +53,13 @@ def run(args: argparse.Namespace) -> int:
         vectors = load_dense_source(args.vectors, permitted_chunks(by_id[args.actor], chunks, on_date))
     else:
         vectors = data.vectors
-    retriever = make_retriever(args, chunks, vectors)
+    retriever, replica = serve_from_replica(args, make_retriever(args, chunks, vectors))
     result = retriever.search(args.query, by_id[args.actor], on_date, args.top_k)
     trace = result.trace
     print(f"query {args.query!r} as {args.actor} on {on_date}, top {args.top_k}")
     print(f"callers from {args.callers or 'the lesson fixtures (fixtures/lesson/callers.json)'}")
+    if replica is not None:
+        print(f"loaded on the primary, searched on the read replica at {replica}")
     print("versions: " + ", ".join(f"{k}={v}" for k, v in trace.versions.items()))
     if args.query.strip() and not np.any(retriever.vectors.query_vector(args.query)):
         print("note: no vector for this query, so the dense lane is empty; " + no_vector_hint(
@@ -89,4 +96,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--date", type=iso_date, metavar="YYYY-MM-DD", help="evaluation date (default: the lesson's, or today with --chunks)")
     parser.add_argument("--top-k", type=int, default=2, metavar="N", help="results per lane and fused (default 2)")
     add_engine_options(parser)
+    add_replica_option(parser)
     parser.set_defaults(func=run)

@@ -5,8 +5,11 @@ row-level security over a signed, per-request token the reader role cannot
 forge, computes BM25 in SQL over the rows the caller may see, and searches
 vectors with pgvector; it is safe to share between threads (a pooled
 connection per request). :class:`RetrieverUnderTest` states what any engine
-must provide to be gated. Needs the ``postgres`` extra
-(``pip install 'hybrid-retrieval-lab[postgres]'``), imported only when used.
+must provide to be gated. :class:`StreamingReplica` starts a streaming read
+replica of a server, and :meth:`PostgresRetriever.on_replicas` searches the
+loaded corpus on replicas (round-robin, optionally with the primary). Needs
+the ``postgres`` extra (``pip install 'hybrid-retrieval-lab[postgres]'``),
+imported only when used.
 """
 
 from labsrc.engines.authorize import (
@@ -59,6 +62,16 @@ from labsrc.engines.postgres import (
 )
 from labsrc.engines.protocol import (
     RetrieverUnderTest,
+)
+from labsrc.engines.read_replicas import (
+    ReadReplicas,
+    ReplicaStore,
+)
+from labsrc.engines.replica import (
+    Replay,
+    StreamingReplica,
+    replay_lsn_behind,
+    wait_for_lsn,
 )
 from labsrc.engines.schema import (
     BOUNDARY_POLICY,
@@ -114,8 +127,12 @@ __all__ = [
     "PostgresStore",
     "REQUEST_FUNCTION",
     "REQUEST_SETTING",
+    "ReadReplicas",
+    "Replay",
+    "ReplicaStore",
     "RequestSigner",
     "RetrieverUnderTest",
+    "StreamingReplica",
     "Timeouts",
     "analysed_postings",
     "bm25_statistics",
@@ -135,10 +152,12 @@ __all__ = [
     "postgres_available",
     "require_psycopg",
     "require_psycopg_pool",
+    "replay_lsn_behind",
     "reset_role_settings",
     "rescore_dense",
     "server_name",
     "server_versions",
     "sparse_lane",
     "vector_literal",
+    "wait_for_lsn",
 ]

@@ -48,6 +48,7 @@ from labsrc.engines.lanes_sql import (
 )
 from labsrc.engines.authorize import check_caller_text
 from labsrc.engines.pool import DEFAULT_TIMEOUTS, Timeouts
+from labsrc.engines.read_replicas import REPLAY_TIMEOUT_S, ReadReplicas
 from labsrc.engines.store import PostgresStore
 from labsrc.boundary import is_permitted
 from labsrc.errors import InvalidArgument, LabError
@@ -197,6 +198,34 @@ class PostgresRetriever:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # --- read replicas ------------------------------------------------------------------------
+
+    def on_replicas(
+        self, *dsns: str, include_primary: bool = False, timeout: float = REPLAY_TIMEOUT_S
+    ) -> PostgresRetriever:
+        """The same loaded corpus, searched on streaming replicas of this retriever's server (no reload).
+
+        Each request goes, in turn, to one of ``dsns`` (and to the primary too with ``include_primary=True``)
+        and runs there exactly as here: the reader role, a token signed for that server's session and
+        transaction, RLS, both lanes. Results equal the primary's once a replica has replayed the load; the
+        view waits for that (up to ``timeout`` s) when it opens. Closing the view closes its replica
+        connections only (:class:`~labsrc.engines.read_replicas.ReadReplicas`).
+        """
+        replicas = ReadReplicas(
+            getattr(self.store, "primary", self.store), dsns, include_primary=include_primary, timeout=timeout
+        )
+        try:
+            view = PostgresRetriever(
+                self.chunks, self.vectors, analyzer=self.analyzer, k1=self.k1, b=self.b, rrf_k=self.rrf_k,
+                dense_index=self.dense_index, ef_search=self.ef_search, iterative_scan=self.iterative_scan,
+                _store=replicas,
+            )  # fmt: skip
+        except BaseException:
+            replicas.close()
+            raise
+        view._owns_store = True  # its ReadReplicas: the replicas' pools, never the primary's store
+        return view
 
     # --- the boundary, for audits --------------------------------------------------------
 

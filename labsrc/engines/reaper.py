@@ -26,7 +26,7 @@ from pathlib import Path
 
 __all__ = ["reap"]
 
-_SERVER_PROGRAMS = frozenset({"postgres", "initdb", "pg_ctl"})
+_SERVER_PROGRAMS = frozenset({"postgres", "initdb", "pg_ctl", "pg_basebackup"})
 
 #: How long a fast shutdown may take before the server's processes are killed.
 SHUTDOWN_GRACE_S = 5.0
@@ -40,7 +40,7 @@ def _postmaster_pid(pgdata: Path) -> int | None:
 
 
 def _server_processes(directory: Path) -> list:
-    """PostgreSQL's own processes (postmaster, initdb, pg_ctl) whose command line names ``directory``."""
+    """PostgreSQL's own processes (postmaster, initdb, pg_ctl, pg_basebackup) whose command line names ``directory``."""
     import psutil
 
     found = []
