@@ -171,7 +171,7 @@ def test_an_hnsw_index_built_through_the_view_is_built_on_the_primary_and_waited
         assert got.trace.versions["dense_index"].startswith("hnsw(m=16")
         with approx.connect_as(data.luna, data.eval_date) as conn:
             indexes = {row[0] for row in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
-    assert "lab_chunks_embedding_hnsw" in indexes
+    assert "lab_vectors_embedding_hnsw" in indexes
 
 
 def test_the_cli_searches_on_a_replica_it_starts(capsys):
