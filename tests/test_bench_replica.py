@@ -28,14 +28,18 @@ def test_bench_replica_runs_on_a_tiny_collection(tmp_path: Path):
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "every lane on the replica == the primary's: 5 requests" in done.stdout
+    assert done.stdout.count("every lane on the replica == the primary's: 5 requests") == 2  # exact, then hnsw
     assert "caught up in" in done.stdout
     result = json.loads(out.read_text())
     assert (result["chunks"], result["dim"], result["permission_sets"], result["equality_checked"]) == (60, 3, 40, 5)
-    assert set(result["throughput"]) == {"primary", "replica", "primary+replica"}
-    for runs in result["throughput"].values():
-        assert set(runs) == {"1", "2"}
-        assert all(run["requests"] == 8 and run["rps"] > 0 and 0 < run["p50_ms"] <= run["p95_ms"] for run in runs.values())
-    assert set(result["gain"]) == {"1", "2"}
-    assert result["load_wal_bytes"] > 0 and result["replay_after_load"]["behind_bytes"] >= 0
-    assert result["replay_after_load"]["waited_s"] >= 0
+    assert set(result["throughput"]) == set(result["gain"]) == {"exact", "hnsw"}
+    for mode, configs in result["throughput"].items():
+        assert set(configs) == {"primary", "replica", "primary+replica"}
+        for runs in configs.values():
+            assert set(runs) == {"1", "2"}
+            assert all(r["requests"] == 8 and r["rps"] > 0 and 0 < r["p50_ms"] <= r["p95_ms"] for r in runs.values())
+            assert all(r["own_share"] >= 0 and r["other_share"] >= 0 for r in runs.values())
+        assert set(result["gain"][mode]) == {"1", "2"}
+    assert set(result["replay"]) == {"load", "hnsw"}
+    for replay in result["replay"].values():
+        assert replay["wal_bytes"] > 0 and replay["behind_bytes"] >= 0 and replay["waited_s"] >= 0

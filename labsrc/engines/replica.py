@@ -101,11 +101,11 @@ def wait_for_lsn(conn: Any, lsn: str, timeout: float, *, server: str) -> float:
         if behind == 0:
             return waited
         if waited > timeout:
-            receiver = conn.execute("SELECT status FROM pg_catalog.pg_stat_wal_receiver").fetchone()
+            row = conn.execute("SELECT status FROM pg_catalog.pg_stat_wal_receiver").fetchone()
+            receiver = "not running: is the primary up?" if row is None else row[0] or "status hidden from this role"
             raise LabError(
                 f"the replica at {server} has not replayed the primary's WAL up to {lsn} within {timeout:g} s "
-                f"({behind:,} bytes behind; WAL receiver "
-                f"{receiver[0] if receiver else 'not running: is the primary up?'})"
+                f"({behind:,} bytes behind; WAL receiver {receiver})"
             )
         time.sleep(pause)
         pause = min(0.05, pause * 2)
