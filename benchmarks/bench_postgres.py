@@ -6,7 +6,7 @@ taking turns, top-10. Five configurations:
 * ``memory``: :class:`labsrc.PolicyRetriever`, everything in this process;
 * ``engine-exact``: :class:`labsrc.engines.PostgresRetriever`, ``dense_index="exact"``;
 * ``engine-hnsw``: the same loaded corpus, ``with_dense("hnsw")``: the engine's defaults (iterative scan
-  ``relaxed_order``, ``ef_search`` 100, 2k candidates rescored in float64);
+  ``relaxed_order``, ``ef_search`` 200, 2k candidates rescored in float64);
 * ``engine-hnsw-off``: ``with_dense("hnsw", ef_search=40, iterative_scan="off")``: pgvector's own defaults;
 * ``baseline``: what a team would write instead, in the shape of the LangChain and
   LlamaIndex PostgreSQL hybrid retrievers, in the same server: one table with a
