@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import subprocess
 import tempfile
 import time
@@ -48,6 +47,7 @@ from typing import Any
 from labsrc.engines.errors import first_line, server_name
 from labsrc.engines.server import (
     EmbeddedServer,
+    _finish_reaper,
     _import,
     _start_reaper,
     require_psycopg,
@@ -316,13 +316,7 @@ class StreamingReplica:
             except LabError:  # already dead, or slow: the reaper finishes the job
                 pass
         reaper, self._reaper = self._reaper, None
-        if reaper is not None:
-            reaper.stdin.close()  # the reaper's signal: stop what is left, delete the directory, exit
-            try:
-                reaper.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                reaper.kill()
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        _finish_reaper(reaper, self._tmp)
 
     def __enter__(self) -> StreamingReplica:
         return self

@@ -114,13 +114,7 @@ class EmbeddedServer:
             except Exception:  # a killed server: psutil.NoSuchProcess, pg_ctl failing... the reaper finishes the job
                 pass
         reaper, self._reaper = self._reaper, None
-        if reaper is not None:
-            reaper.stdin.close()  # the reaper's signal: stop what is left, delete the directory, exit
-            try:
-                reaper.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                reaper.kill()
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        _finish_reaper(reaper, self._tmp)
 
     def __enter__(self) -> EmbeddedServer:
         return self
@@ -143,6 +137,18 @@ def _start_reaper(directory: Path) -> subprocess.Popen:
         close_fds=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))},
     )
+
+
+def _finish_reaper(reaper: subprocess.Popen | None, directory: Path) -> None:
+    """Signal ``reaper`` (close its stdin) to stop what is left and delete ``directory``; wait up to 30 s, then
+    delete the directory here too, so it is gone on return even if the reaper was killed."""
+    if reaper is not None:
+        reaper.stdin.close()
+        try:
+            reaper.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            reaper.kill()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _package_root() -> str:
