@@ -41,8 +41,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import datetime as dt  # noqa: E402
 import json  # noqa: E402
-import random  # noqa: E402
-import struct  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -53,12 +51,20 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
-from bench_scale import WORDS, synthetic_corpus  # noqa: E402
-from bench_tenants import SCIFACT_TAGS, TAGS, lanes_of, pct, permission_sets, scifact_corpus  # noqa: E402
+from bench_tenants import (  # noqa: E402
+    SCIFACT_TAGS,
+    TAGS,
+    lanes_of,
+    pct,
+    permission_sets,
+    scifact_corpus,
+    synthetic_workload,
+)
 from tqdm import tqdm  # noqa: E402
 
 import labsrc  # noqa: E402
 from labsrc.cli.progress import TqdmProgress  # noqa: E402
+from labsrc.engines.loading import vector_binary  # noqa: E402
 from labsrc.fusion.rrf import reciprocal_rank_fusion  # noqa: E402
 from labsrc.lanes.dense import as_dense_source  # noqa: E402
 
@@ -119,13 +125,7 @@ def build_workload(args: argparse.Namespace) -> Workload:
         dim = vectors.document_matrix(chunks[:1]).shape[1]
         label = f"SciFact cycled to {len(chunks):,}"
         return Workload(chunks, vectors, queries, permission_sets(args.sets, SCIFACT_TAGS), label, dim)
-    chunks = tuple(synthetic_corpus(args.chunks))
-    rng = np.random.default_rng(0)
-    word_rng = random.Random(1)
-    queries = [" ".join(word_rng.choice(WORDS) for _ in range(4)) for _ in range(args.requests)]
-    vectors = labsrc.FixtureVectors(
-        {c.chunk_id: rng.standard_normal(args.dim) for c in chunks}, {q: rng.standard_normal(args.dim) for q in queries}
-    )
+    chunks, vectors, queries = synthetic_workload(args.chunks, args.dim, args.requests)
     label = f"synthetic corpus {len(chunks):,}"
     return Workload(chunks, vectors, queries, permission_sets(args.sets, TAGS), label, args.dim)
 
@@ -141,22 +141,6 @@ def retriever_search(retriever: Any) -> Callable[[str, labsrc.Caller, dt.date], 
         return Answer(lanes_of(result), dict(result.trace.timings_ms))
 
     return search
-
-
-def vector_dumper(oid: int) -> type:
-    """A psycopg binary dumper for pgvector's ``vector`` (int16 dim, int16 unused, float32 big-endian values)."""
-    from psycopg.adapt import Dumper
-    from psycopg.pq import Format
-
-    class VectorBinaryDumper(Dumper):
-        format = Format.BINARY
-
-        def dump(self, obj: Any) -> bytes:
-            values = np.asarray(obj, dtype=">f4")
-            return struct.pack(">HH", values.size, 0) + values.tobytes()
-
-    VectorBinaryDumper.oid = oid
-    return VectorBinaryDumper
 
 
 BASELINE_SCHEMA = "team_baseline"
@@ -247,18 +231,17 @@ class TeamBaseline:
 
     def _copy(self, conn: Any, workload: Workload, progress: bool) -> None:
         """Binary COPY of every row (the tsvector is generated as rows arrive)."""
-        oid = conn.execute("SELECT 'vector'::regtype::oid").fetchone()[0]
-        conn.adapters.register_dumper(np.ndarray, vector_dumper(oid))
         columns = "id, region, acl_tag, effective_from, effective_to, text, embedding"
         t0 = time.perf_counter()
         with conn.cursor() as cur, cur.copy(f"COPY chunks ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(["text", "text", "text", "date", "date", "text", oid])
+            # "bytea": the bytes go as they are, pgvector's binary form, decoded by the column's vector_recv.
+            copy.set_types(["text", "text", "text", "date", "date", "text", "bytea"])
             step = 10_000
             with tqdm(total=len(workload.chunks), desc="baseline COPY", file=sys.stderr, disable=not progress) as bar:
                 for start in range(0, len(workload.chunks), step):
                     batch = workload.chunks[start : start + step]
-                    matrix = self.vectors.document_matrix(batch).astype(np.float32)
-                    for chunk, vector in zip(batch, matrix):
+                    encoded = vector_binary(np.asarray(self.vectors.document_matrix(batch), dtype=np.float64))
+                    for chunk, vector in zip(batch, encoded):
                         copy.write_row((chunk.chunk_id, chunk.region, chunk.acl_tag, chunk.effective_from,
                                         chunk.effective_to, chunk.text, vector))  # fmt: skip
                     bar.update(len(batch))

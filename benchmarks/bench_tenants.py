@@ -88,6 +88,18 @@ def scifact_corpus(folder: Path, n: int) -> tuple[tuple[labsrc.PolicyChunk, ...]
     return tuple(chunks), source, sorted(by_text)
 
 
+def synthetic_workload(n: int, dim: int, requests: int) -> tuple[tuple[labsrc.PolicyChunk, ...], object, list[str]]:
+    """``bench_scale``'s synthetic corpus of ``n`` chunks, random ``dim``-d vectors and ``requests`` 4-word queries."""
+    chunks = tuple(synthetic_corpus(n))
+    rng = np.random.default_rng(0)
+    word_rng = random.Random(1)
+    queries = [" ".join(word_rng.choice(WORDS) for _ in range(4)) for _ in range(requests)]
+    vectors = labsrc.FixtureVectors(
+        {c.chunk_id: rng.standard_normal(dim) for c in chunks}, {q: rng.standard_normal(dim) for q in queries}
+    )
+    return chunks, vectors, queries
+
+
 def permission_sets(count: int, tags: tuple[str, ...] = TAGS) -> list[tuple[labsrc.Caller, dt.date]]:
     subsets = [frozenset(s) for r in range(1, 4) for s in itertools.combinations(tags, r)]
     days = [dt.date(2026, 5, 27), dt.date(2025, 9, 1)]
@@ -121,13 +133,7 @@ def main() -> None:
         args.dim = vectors.document_matrix(chunks[:1]).shape[1]
         sets = permission_sets(args.sets, SCIFACT_TAGS)
     else:
-        chunks = tuple(synthetic_corpus(args.chunks))
-        rng = np.random.default_rng(0)
-        word_rng = random.Random(1)
-        queries = [" ".join(word_rng.choice(WORDS) for _ in range(4)) for _ in range(args.requests)]
-        vectors = labsrc.FixtureVectors(
-            {c.chunk_id: rng.standard_normal(args.dim) for c in chunks}, {q: rng.standard_normal(args.dim) for q in queries}
-        )
+        chunks, vectors, queries = synthetic_workload(args.chunks, args.dim, args.requests)
         sets = permission_sets(args.sets)
     tracemalloc.start()
     t0 = time.perf_counter()
