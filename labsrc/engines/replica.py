@@ -182,11 +182,18 @@ class StreamingReplica:
 
     # --- start-up ----------------------------------------------------------------------
 
-    def _primary(self) -> Any:
+    def _open(self, dsn: str, which: str) -> Any:
+        """An autocommit connection to ``dsn`` (10 s connect timeout), or a one-line error naming ``which`` server."""
         try:
-            return self._psycopg.connect(self.primary_dsn, autocommit=True, connect_timeout=10)
+            return self._psycopg.connect(dsn, autocommit=True, connect_timeout=10)
         except self._psycopg.Error as exc:
-            raise LabError(f"cannot connect to the primary at {server_name(self.primary_dsn)}: {first_line(exc)}") from exc
+            raise LabError(f"cannot connect to the {which} at {server_name(dsn)}: {first_line(exc)}") from exc
+
+    def _primary(self) -> Any:
+        return self._open(self.primary_dsn, "primary")
+
+    def _connect(self) -> Any:
+        return self._open(self.dsn, "replica")
 
     def _check_primary(self) -> None:
         """The primary's settings replication needs: a one-line error naming the one to change."""
@@ -263,12 +270,6 @@ class StreamingReplica:
         )  # fmt: skip
 
     # --- replication -----------------------------------------------------------------------
-
-    def _connect(self) -> Any:
-        try:
-            return self._psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
-        except self._psycopg.Error as exc:
-            raise LabError(f"cannot connect to the replica at {server_name(self.dsn)}: {first_line(exc)}") from exc
 
     def _primary_lsn(self) -> str:
         with self._primary() as conn:
