@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import labsrc
-from labsrc.engines import analysed_postings, document_vectors, float32_cosine_margin, rescore_dense, vector_literal
+from labsrc.engines import analysed_terms, document_vectors, float32_cosine_margin, rescore_dense, vector_literal
 
 
 def test_margin_is_twice_d_plus_4_float32_units():
@@ -43,15 +43,15 @@ def test_rescore_dense_keeps_positive_scores_by_score_then_id():
     assert rescore_dense([], query, 3) == []
 
 
-def test_analysed_postings_count_terms_per_chunk_sorted_by_term():
+def test_analysed_terms_count_each_chunks_terms_in_first_occurrence_order():
     day = dt.date(2026, 1, 1)
     chunks = [
         labsrc.PolicyChunk("c2", "d", "p", "v", "EU", "t", day, None, "Refund the refund"),
         labsrc.PolicyChunk("c1", "d", "p", "v", "EU", "t", day, None, "laptop refund"),
     ]
-    lengths, postings = analysed_postings(chunks, labsrc.lesson_analyzer)
+    lengths, terms = analysed_terms(chunks, labsrc.lesson_analyzer)
     assert lengths == [2, 2]  # "the" is a stopword
-    assert postings == [("laptop", "c1", 1), ("refund", "c1", 1), ("refund", "c2", 2)]
+    assert terms == [(["refund"], [2]), (["laptop", "refund"], [1, 1])]  # the server unnests these into postings
 
 
 def test_document_vectors_leave_a_gap_where_the_source_refuses_a_chunk(data):

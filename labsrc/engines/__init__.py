@@ -42,7 +42,6 @@ from labsrc.engines.lanes_sql import (
 )
 from labsrc.engines.loading import (
     LoadStats,
-    analysed_postings,
     analysed_terms,
     boundary_order,
     document_vectors,
@@ -134,7 +133,6 @@ __all__ = [
     "RetrieverUnderTest",
     "StreamingReplica",
     "Timeouts",
-    "analysed_postings",
     "bm25_statistics",
     "check_caller_text",
     "create_indexes",

@@ -32,7 +32,6 @@ from labsrc.records.policy import PolicyChunk
 
 __all__ = [
     "LoadStats",
-    "analysed_postings",
     "analysed_terms",
     "boundary_order",
     "document_vectors",
@@ -110,18 +109,6 @@ def analysed_terms(
         counts = Counter(analysed)
         terms.append((list(counts), list(counts.values())))
     return lengths, terms
-
-
-def analysed_postings(
-    chunks: Sequence[PolicyChunk], analyzer: Callable[[str], list[str]]
-) -> tuple[list[int], list[tuple[str, str, int]]]:
-    """Each chunk's analysed length and every ``(term, chunk_id, tf)``, sorted by term then chunk_id."""
-    lengths, terms = analysed_terms(chunks, analyzer)
-    postings = [
-        (term, chunk.chunk_id, tf) for chunk, (names, tfs) in zip(chunks, terms) for term, tf in zip(names, tfs)
-    ]
-    postings.sort()
-    return lengths, postings
 
 
 def document_vectors(chunks: Sequence[PolicyChunk], source: DenseSource) -> tuple[list[np.ndarray | None], int]:

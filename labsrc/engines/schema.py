@@ -174,7 +174,8 @@ _INDEXES = (
     # than an absent one (the README's threat model measures it). Only the date window is a filter.
     "ALTER TABLE {schema}.lab_postings ADD PRIMARY KEY (region, acl_tag, term, chunk_id)"
     " INCLUDE (tf, doc_len, effective_from, effective_to)",
-    # Covering the boundary columns and the length: N and avgdl for a caller are an index-only scan.
+    # Covering the boundary columns and the length: a reader's count or sum over lab_chunks is an index-only
+    # scan of its own region and tags (tests/test_engine_boundary.py times hidden terms against absent ones).
     "CREATE INDEX lab_chunks_boundary ON {schema}.lab_chunks (region, acl_tag, effective_from)"
     " INCLUDE (effective_to, doc_len, chunk_id)",
     # The exact dense scan reads the caller's region and tags only (a bitmap scan over contiguous pages).
