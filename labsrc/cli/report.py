@@ -16,6 +16,7 @@ from labsrc.cli.outputs import check_out_dir
 from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir, lesson
 from labsrc.evaluation.config import LANES, GateConfig, load_gate_config
+from labsrc.errors import InvalidArgument
 from labsrc.evaluation.gates import GateRun, gate_retriever
 from labsrc.evaluation.report import (
     recall_significance,
@@ -72,11 +73,17 @@ def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
             write(f"{stage:<10} {p50[stage]:>9.3f} {p95[stage]:>9.3f} {budget:>15}")
     write()
     untested = run.untested_gates
-    if untested:
-        names = ", ".join(g.name for g in untested)
+    blocking = [g for g in untested if not g.passed and not run.config.require_cases]
+    optional = [g for g in untested if g not in blocking]
+    if optional:
+        names = ", ".join(g.name for g in optional)
         effect = "so the run fails (require_cases is set)" if run.config.require_cases else (
             "they do not fail the run; set require_cases in the gate config to make them")
-        write(f"NOT TESTED: {len(untested)} gate(s) had nothing to measure ({names}; each says why); {effect}")
+        write(f"NOT TESTED: {len(optional)} gate(s) had nothing to measure ({names}; each says why); {effect}")
+    if blocking:
+        names = ", ".join(g.name for g in blocking)
+        write(f"NOT TESTED: {len(blocking)} gate(s) could not be measured on this retriever ({names}; each says why); "
+              "a gate that could not be measured never passes, so the run fails")
     if run.passed:
         write("all tested gates pass" if untested else "all gates pass")
     else:
@@ -95,6 +102,15 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``report`` and ``gate``: overrides of the config and the progress bar."""
     parser.add_argument("--top-k", type=int, metavar="N", help="override the config's top_k (results per lane and fused)")
     parser.add_argument("--repetitions", type=int, metavar="N", help="override the config's timed repetitions")
+    parser.add_argument("--build-timeout", type=float, metavar="SECONDS",
+                        help="override the config's build_timeout_s: a build (each in its own worker process) that "
+                             "takes longer fails")
+    parser.add_argument("--search-timeout", type=float, metavar="SECONDS",
+                        help="override the config's search_timeout_s: a search that takes longer fails its case and "
+                             "its worker is killed")
+    parser.add_argument("--concurrency", type=int, metavar="THREADS",
+                        help="override the config's concurrency: threads the concurrency probe replays every case "
+                             "from at once (0: no probe)")
     parser.add_argument("--no-progress", action="store_true", help="never draw progress bars (they draw only when stderr is a terminal)")
     add_engine_options(parser)
 
@@ -109,7 +125,18 @@ def apply_overrides(config: GateConfig, args: argparse.Namespace) -> GateConfig:
         values["repetitions"] = args.repetitions
     if getattr(args, "date", None) is not None:
         values["on_date"] = args.date
-    return GateConfig(**values)
+    for option, key in (("build_timeout", "build_timeout_s"), ("search_timeout", "search_timeout_s"),
+                        ("concurrency", "concurrency")):
+        if getattr(args, option, None) is not None:
+            values[key] = getattr(args, option)
+    try:
+        return GateConfig(**values)
+    except InvalidArgument as exc:  # name the option, not the config key, when the option set it
+        for option, key in (("--build-timeout", "build_timeout_s"), ("--search-timeout", "search_timeout_s"),
+                            ("--concurrency", "concurrency"), ("--top-k", "top_k"), ("--repetitions", "repetitions")):
+            if str(exc).startswith(key) and getattr(args, option[2:].replace("-", "_"), None) is not None:
+                raise InvalidArgument(f"{option}: {exc}") from None
+        raise
 
 
 def lesson_config_path() -> Path:

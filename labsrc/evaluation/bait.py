@@ -100,14 +100,19 @@ def bait_chunks(
 class BaitVectors:
     """A dense source that gives each bait chunk a vector of its own and every other chunk the source's.
 
-    ``version`` and ``model`` are the source's, so traces and reports do not change.
+    ``queries`` gives chosen query texts a vector of their own too (the canary's code, which
+    no encoder or precomputed file knows). ``version`` and ``model`` are the source's, so
+    traces and reports do not change.
     """
 
-    def __init__(self, source: DenseSource, bait: Mapping[str, np.ndarray]) -> None:
+    def __init__(
+        self, source: DenseSource, bait: Mapping[str, np.ndarray], queries: Mapping[str, np.ndarray] | None = None
+    ) -> None:
         self.source = source
         self.version = source.version
         self.model: Mapping[str, Any] = getattr(source, "model", None) or MappingProxyType({})
         self._bait = MappingProxyType({k: np.asarray(v, dtype=np.float64) for k, v in bait.items()})
+        self._queries = MappingProxyType({k: np.asarray(v, dtype=np.float64) for k, v in (queries or {}).items()})
 
     @classmethod
     def for_queries(cls, source: DenseSource, chunks: Sequence[PolicyChunk]) -> BaitVectors:
@@ -130,6 +135,8 @@ class BaitVectors:
         return np.stack(out)
 
     def query_vector(self, query: str) -> np.ndarray:
+        if query in self._queries:
+            return self._queries[query]
         return self.source.query_vector(query)
 
     def __getattr__(self, name: str) -> Any:

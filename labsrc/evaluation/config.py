@@ -14,7 +14,10 @@ A gate config is a JSON or TOML file whose keys are the fields of
       "repetitions": 20,
       "on_date": "2026-05-27",
       "require_cases": false,
-      "noninterference": "exact"
+      "noninterference": "exact",
+      "build_timeout_s": 300,
+      "search_timeout_s": 30,
+      "concurrency": 16
     }
 
 Budget tables are merged over the defaults, so ``{"p95_budget_ms": {"dense": 80}}``
@@ -41,7 +44,24 @@ from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k
 from labsrc.ranking import check_top_k
 from labsrc.records.loading import parse_date, read_text
 
-__all__ = ["HYBRID_RULES", "LANES", "GateConfig", "load_gate_config"]
+__all__ = [
+    "DEFAULT_BUILD_TIMEOUT_S",
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_SEARCH_TIMEOUT_S",
+    "HYBRID_RULES",
+    "LANES",
+    "MAX_CONCURRENCY",
+    "GateConfig",
+    "load_gate_config",
+]
+
+#: Seconds a factory may take to build one corpus in its worker process.
+DEFAULT_BUILD_TIMEOUT_S = 300.0
+#: Seconds one search may take before its case fails with "timed out".
+DEFAULT_SEARCH_TIMEOUT_S = 30.0
+#: Threads the concurrency probe uses; 0 turns it off.
+DEFAULT_CONCURRENCY = 16
+MAX_CONCURRENCY = 256
 
 #: The ranked lists a gate can inspect, in report order.
 LANES = ("bm25", "dense", "hybrid")
@@ -115,6 +135,15 @@ class GateConfig:
         chunks only and with a build holding bait: ``"exact"`` (ids, order and
         scores ``==``, the default), ``"ids"`` (for engines whose scores are not
         reproducible) or ``"off"`` (see :data:`NONINTERFERENCE_MODES`).
+    build_timeout_s, search_timeout_s:
+        With a factory, every build runs in its own worker process
+        (:mod:`~labsrc.evaluation.workers`): a build that takes longer than
+        ``build_timeout_s`` fails, a search that takes longer than
+        ``search_timeout_s`` fails its case ("timed out after N s") and its worker
+        is killed. Defaults: 300 s and 30 s.
+    concurrency:
+        Threads the concurrency probe replays every case from at once, on one build
+        (16 by default; 0 turns the probe off).
     """
 
     top_k: int = 2
@@ -128,6 +157,9 @@ class GateConfig:
     on_date: dt.date | None = None
     require_cases: bool = False
     noninterference: str = "exact"
+    build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S
+    search_timeout_s: float = DEFAULT_SEARCH_TIMEOUT_S
+    concurrency: int = DEFAULT_CONCURRENCY
 
     def __post_init__(self) -> None:
         check_top_k(self.top_k)
@@ -157,6 +189,17 @@ class GateConfig:
             raise InvalidArgument(
                 f"noninterference must be one of {list(NONINTERFERENCE_MODES)}, not {self.noninterference!r}"
             )
+        for name in ("build_timeout_s", "search_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise InvalidArgument(f"{name} must be a number of seconds > 0, not {value!r}")
+            object.__setattr__(self, name, float(value))
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency == 1 \
+                or not 0 <= self.concurrency <= MAX_CONCURRENCY:
+            raise InvalidArgument(
+                f"concurrency must be 0 (no concurrency probe) or a number of threads from 2 to {MAX_CONCURRENCY}, "
+                f"not {self.concurrency!r}"
+            )
 
     def eval_date(self) -> dt.date:
         """``on_date`` if pinned, else today's date."""
@@ -177,6 +220,9 @@ class GateConfig:
             "on_date": None if self.on_date is None else self.on_date.isoformat(),
             "require_cases": self.require_cases,
             "noninterference": self.noninterference,
+            "build_timeout_s": self.build_timeout_s,
+            "search_timeout_s": self.search_timeout_s,
+            "concurrency": self.concurrency,
         }
 
 

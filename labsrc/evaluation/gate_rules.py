@@ -17,6 +17,7 @@ from labsrc.evaluation.config import LANES, GateConfig
 from labsrc.evaluation.latency import LatencyReport
 from labsrc.evaluation.metrics import recall_at_k
 from labsrc.evaluation.outcomes import CaseOutcome, lane_recall
+from labsrc.evaluation.probes import Probes
 from labsrc.evaluation.verdicts import GateResult, not_tested, plural
 from labsrc.records.cases import NEGATIVE_KINDS
 
@@ -50,6 +51,18 @@ GATE_TABLE: Mapping[str, tuple[str, str]] = MappingProxyType(
         "bait": (
             "hidden chunks made to match each query, one per boundary rule",
             "hidden evidence reaches a lane or moves a score",
+        ),
+        "canary": (
+            "a permitted canary chunk added to one build, a returned chunk withheld from it",
+            "the factory does not index what it is handed, so no comparison across builds can be trusted",
+        ),
+        "repeat": (
+            "every case replayed on two builds of the same chunks, in two processes",
+            "the retriever's answers are not reproducible: only what reproduces can be compared",
+        ),
+        "concurrency": (
+            "every case replayed from many threads at once on one build, callers interleaved",
+            "one request's answer depends on the requests running beside it",
         ),
         "errors": ("every search call of the run", "the retriever raised instead of answering"),
         "latency": ("per-stage p50 and p95 budgets in ms", "a stage is too slow to ship"),
@@ -100,8 +113,19 @@ def _boundary_gate(outcomes: Sequence[CaseOutcome]) -> GateResult:
                       tuple(o.case.name for o in flagged), family="boundary", findings=findings)
 
 
+def _comparison_name(kind: str) -> str:
+    return {"rebuild": "noninterference by rebuild", "bait": "noninterference by bait"}[kind]
+
+
 def _comparison_gate(outcomes: Sequence[CaseOutcome], kind: str, mode: str) -> GateResult:
-    compared = [(o, getattr(o, kind)) for o in outcomes if getattr(o, kind) is not None]
+    every = [(o, getattr(o, kind)) for o in outcomes if getattr(o, kind) is not None]
+    compared = [(o, c) for o, c in every if c.compared]
+    skipped = len(every) - len(compared)
+    if not compared:
+        return GateResult(_comparison_name(kind), False,
+                          f"not compared: the ids of all {plural(skipped, 'case')} differ between two builds of the "
+                          "same chunks, so no difference could be told from noise (see 'repeatable builds')",
+                          family=kind, tested=False)
     differing = [(o, c) for o, c in compared if c.differs]
     findings = tuple(f"case {o.case.name!r}: {c.describe()}" for o, c in differing)
     if kind == "rebuild":
@@ -114,16 +138,85 @@ def _comparison_gate(outcomes: Sequence[CaseOutcome], kind: str, mode: str) -> G
     detail = f"{plural(len(compared), 'case')} vs {what} ({mode}): {len(differing)} differ"
     if mode == "exact" and largest:
         detail += f", largest score difference {largest:.6g}"
+    if skipped:
+        detail += f"; {plural(skipped, 'case')} not compared (ids not reproducible)"
     return GateResult(name, not differing, detail, tuple(o.case.name for o, _ in differing),
                       family=kind, findings=findings)
+
+
+def _canary_gate(probes: Probes) -> GateResult:
+    name = "factory indexes what it is handed"
+    canary = probes.canary
+    if canary is None:
+        return GateResult(name, False, "no case's caller holds an ACL tag, so no permitted canary could be made; "
+                          "the comparisons across builds cannot be trusted", family="canary", tested=False)
+    withheld = ("no chunk withheld (no case returned a permitted chunk)" if canary.withheld is None
+                else f"{canary.withheld!r} withheld")
+    detail = f"canary {canary.canary_id!r} for {canary.caller!r} on {canary.on_date}; {withheld}"
+    if canary.passed:
+        detail += ": the canary came back for its own text" + ("" if canary.withheld is None else ", the withheld chunk did not")
+    return GateResult(name, canary.passed, detail, family="canary", findings=canary.findings())
+
+
+def _untrusted_gate(kind: str, probes: Probes) -> GateResult:
+    """A rebuild or bait gate whose comparison was not made: the factory failed the canary."""
+    return GateResult(_comparison_name(kind), False,
+                      "not compared: the factory does not index what it is handed (see 'factory indexes what it is "
+                      "handed'), so builds over other chunks prove nothing", family=kind, tested=False)
+
+
+def _repeat_gate(probes: Probes, mode: str) -> GateResult:
+    name = "repeatable builds"
+    repeat = probes.repeat
+    assert repeat is not None
+    if repeat.error is not None:
+        return GateResult(name, False, f"the second build failed: {repeat.error}", family="repeat", tested=False,
+                          findings=(repeat.error,))
+    detail = f"{plural(repeat.compared, 'case')} on two builds of the same chunks"
+    findings = tuple(f"case {c!r}: not reproducible: {what}" for c, what in repeat.ids_differ)
+    if repeat.ids_differ:
+        detail += (f": {len(repeat.ids_differ)} give other ids or order; those cases are not compared by the "
+                   "rebuild and bait gates")
+    if repeat.scores_differ:
+        detail += (f"{';' if repeat.ids_differ else ':'} scores of {plural(len(repeat.scores_differ), 'case')} differ "
+                   f"by up to {repeat.largest:.6g}, so the rebuild and bait gates compared ids and order only")
+        if mode == "exact":
+            findings += (f"scores are not reproducible (up to {repeat.largest:.6g} in {', '.join(repeat.scores_differ)}); "
+                         "if that is expected (an approximate index), set noninterference to 'ids'",)
+    if not repeat.ids_differ and not repeat.scores_differ:
+        detail += ": the same ids, order and scores"
+    passed = not repeat.ids_differ and (mode == "ids" or not repeat.scores_differ)
+    failing = tuple(c for c, _ in repeat.ids_differ) + (repeat.scores_differ if mode == "exact" else ())
+    return GateResult(name, passed, detail, failing, family="repeat", findings=findings)
+
+
+def _concurrency_gate(outcomes: Sequence[CaseOutcome], probes: Probes) -> GateResult:
+    name = "same answers under concurrent requests"
+    check = probes.concurrency
+    assert check is not None
+    what = (f"{plural(check.requests, 'request')} ({check.rounds} rounds of every case) from {check.threads} threads "
+            "at once, callers interleaved")
+    if check.error is not None:
+        return GateResult(name, False, f"{what}: {check.error}", family="concurrency", findings=(check.error,))
+    differing = [o for o in outcomes if o.concurrency is not None and o.concurrency.differs]
+    detail = f"{what}: {len(differing)} of {plural(sum(o.concurrency is not None for o in outcomes), 'case')} differ from the case alone"
+    findings = tuple(f"case {o.case.name!r}: {o.concurrency.describe()}" for o in differing)  # type: ignore[union-attr]
+    return GateResult(name, not differing, detail, tuple(o.case.name for o in differing), family="concurrency",
+                      findings=findings)
 
 
 def evaluate_gates(
     outcomes: Sequence[CaseOutcome],
     config: GateConfig | None = None,
     latency: LatencyReport | None = None,
+    probes: Probes | None = None,
 ) -> list[GateResult]:
-    """Every gate's verdict, in the lesson's table order (latency last, when measured)."""
+    """Every gate's verdict, in the lesson's table order (latency last, when measured).
+
+    ``probes`` (a factory's run, :func:`~labsrc.evaluation.gates.gate_retriever`) adds the canary,
+    repeat and concurrency gates, and turns the rebuild and bait gates into a failing NOT TESTED
+    when the canary shows that comparisons across builds prove nothing.
+    """
     config = config or GateConfig()
     k = config.top_k
     recall = lane_recall(outcomes, k)
@@ -197,10 +290,21 @@ def evaluate_gates(
 
     if outcomes:
         results.append(_boundary_gate(outcomes))
-    if any(o.rebuild is not None for o in outcomes):
-        results.append(_comparison_gate(outcomes, "rebuild", config.noninterference))
-    if any(o.bait is not None for o in outcomes):
-        results.append(_comparison_gate(outcomes, "bait", config.noninterference))
+    mode = config.noninterference
+    if probes is not None and probes.noninterference:
+        results.append(_canary_gate(probes))
+        if probes.repeat is not None:
+            results.append(_repeat_gate(probes, config.noninterference))
+            if probes.repeat.scores_differ:
+                mode = "ids"
+    trusted = probes is None or not probes.noninterference or (probes.canary is not None and probes.canary.passed)
+    for kind in ("rebuild", "bait"):
+        if not trusted:
+            results.append(_untrusted_gate(kind, probes))  # type: ignore[arg-type]
+        elif any(getattr(o, kind) is not None for o in outcomes):
+            results.append(_comparison_gate(outcomes, kind, mode))
+    if probes is not None and probes.concurrency is not None:
+        results.append(_concurrency_gate(outcomes, probes))
     raised = [o for o in outcomes if o.error]
     if raised:
         results.append(GateResult(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from labsrc.errors import InvalidArgument
 from labsrc.evaluation.budgets import BUDGET_STAGES, exceeded_retrieval_budgets
-from labsrc.evaluation.subject import Subject, observe
+from labsrc.evaluation.subject import Observation, Request, Subject, observe_request
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller
 from labsrc.retriever.policy import PolicyRetriever
@@ -146,6 +147,7 @@ def measure_latency(
     warmup: int = 3,
     repetitions: int = 20,
     progress: Progress | None = None,
+    ask: Callable[[Request], Observation] | None = None,
 ) -> LatencyReport:
     """Replay ``cases`` ``warmup`` times untimed, then ``repetitions`` times timed.
 
@@ -153,8 +155,11 @@ def measure_latency(
     request's own trace (``result.trace.timings_ms``); a retriever that returns
     bare ``(chunk_id, score)`` pairs contributes the gate's wall clock around the
     call as the ``request`` stage (:func:`~labsrc.evaluation.subject.observe`). A case's ``on_date``
-    wins over ``on_date``, exactly as in :func:`labsrc.evaluation.gates.run_cases`.
+    wins over ``on_date``, exactly as in :func:`labsrc.evaluation.gates.run_cases`. ``ask`` replaces
+    the in-process call (the gate passes a build living in a worker process).
     """
+    if ask is None:
+        ask = partial(observe_request, retriever)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise InvalidArgument(f"warmup must be an int >= 0, not {warmup!r}")
     if isinstance(repetitions, bool) or not isinstance(repetitions, int) or repetitions < 1:
@@ -173,7 +178,7 @@ def measure_latency(
     for round_ in range(warmup + repetitions):
         timed = round_ >= warmup
         for query, caller, date, kind in requests:
-            observation = observe(retriever, query, caller, date, top_k, query_kind=kind)
+            observation = ask(Request(query, caller, date, top_k, kind))
             if timed and observation.error is None:  # a search that raised failed its case already
                 for stage, ms in observation.timings_ms.items():
                     samples.setdefault(stage, []).append(float(ms))

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from labsrc.boundary import block_reasons
+from labsrc.boundary import BlockReason, block_reasons
 from labsrc.evaluation.subject import OBSERVED_LANES, Observation
 from labsrc.records.policy import Caller, PolicyChunk
 
@@ -37,6 +37,7 @@ __all__ = [
     "Violation",
     "boundary_violations",
     "compare_observations",
+    "reason_detail",
     "reason_label",
 ]
 
@@ -70,14 +71,33 @@ class Violation:
     rank: int
     reasons: tuple[str, ...]
     probe: bool = False
+    details: tuple[str, ...] = ()
+    where: str = ""
 
     def describe(self) -> str:
-        where = f"rank {self.rank} of {_LANE_LABEL.get(self.lane, self.lane)}" + (" (probe at full depth)" if self.probe else "")
-        return f"case {self.case!r}: {self.chunk_id!r} at {where}: {', '.join(self.reasons)}"
+        """``case 'c': 'x' at rank 2 of the fused list: not yet effective: takes effect 2026-09-01``.
+
+        ``where`` names the build or probe that returned it, when it was not the case's own replay
+        (the bait build, concurrent requests).
+        """
+        rank = f"rank {self.rank} of {_LANE_LABEL.get(self.lane, self.lane)}" + (" (probe at full depth)" if self.probe else "")
+        if self.where:
+            rank += f" {self.where}"
+        return f"case {self.case!r}: {self.chunk_id!r} at {rank}: {', '.join(self.details or self.reasons)}"
 
     def to_dict(self) -> dict[str, object]:
         return {"chunk_id": self.chunk_id, "lane": self.lane, "rank": self.rank, "reasons": list(self.reasons),
-                "probe": self.probe}
+                "details": list(self.details or self.reasons), "probe": self.probe, "where": self.where}
+
+
+def reason_detail(reason: BlockReason, chunk: PolicyChunk) -> str:
+    """The rule a chunk breaks, with the date when a date is the reason: ``not yet effective: takes effect 2026-09-16``."""
+    label = reason_label(reason.value)
+    if reason is BlockReason.NOT_YET_EFFECTIVE:
+        return f"{label}: takes effect {chunk.effective_from.isoformat()}"
+    if reason is BlockReason.SUPERSEDED and chunk.effective_to is not None:
+        return f"{label}: ended {chunk.effective_to.isoformat()}"
+    return label
 
 
 def boundary_violations(
@@ -88,18 +108,25 @@ def boundary_violations(
     stored: Mapping[str, PolicyChunk],
     *,
     probe: bool = False,
+    where: str = "",
 ) -> tuple[Violation, ...]:
-    """Every id in ``observation`` that ``caller`` may not see on ``on_date`` (or that is not stored)."""
+    """Every id in ``observation`` that ``caller`` may not see on ``on_date`` (or that is not stored).
+
+    ``where`` is carried into each :class:`Violation` (which build or probe returned it).
+    """
     found = []
     for lane in OBSERVED_LANES:
         for rank, chunk_id in enumerate(observation.ids(lane), start=1):
             chunk = stored.get(chunk_id)
             if chunk is None:
                 reasons: tuple[str, ...] = (_UNKNOWN,)
+                details: tuple[str, ...] = reasons
             else:
-                reasons = tuple(reason_label(r.value) for r in block_reasons(caller, chunk, on_date))
+                blocked = block_reasons(caller, chunk, on_date)
+                reasons = tuple(reason_label(r.value) for r in blocked)
+                details = tuple(reason_detail(r, chunk) for r in blocked)
             if reasons:
-                found.append(Violation(case, chunk_id, lane, rank, reasons, probe))
+                found.append(Violation(case, chunk_id, lane, rank, reasons, probe, details, where))
     return tuple(found)
 
 
@@ -161,7 +188,9 @@ class Comparison:
     """One case replayed on a second build (``rebuild`` or ``bait``) against the caller's reference.
 
     ``error`` is set when the second build or its search failed, so nothing could be compared;
-    ``bait_returned`` lists bait ids the subject returned (any lane, any rank).
+    ``bait_returned`` lists bait ids the subject returned (any lane, any rank). ``skipped`` says
+    why the case was deliberately not compared (its ids are not reproducible between two builds
+    of the same chunks): it neither differs nor counts as compared.
     """
 
     kind: str
@@ -170,9 +199,16 @@ class Comparison:
     trace_differs: bool = False
     error: str | None = None
     bait_returned: tuple[str, ...] = ()
+    skipped: str | None = None
+
+    @property
+    def compared(self) -> bool:
+        return self.skipped is None
 
     @property
     def differs(self) -> bool:
+        if self.skipped is not None:
+            return False
         return bool(
             self.error
             or self.bait_returned
@@ -186,6 +222,8 @@ class Comparison:
 
     def describe(self) -> str:
         """One line: what differs, or ``"same"``."""
+        if self.skipped is not None:
+            return f"not compared: {self.skipped}"
         if self.error:
             return f"not compared: {self.error}"
         parts = []
@@ -204,6 +242,7 @@ class Comparison:
             "detail": self.describe(),
             "error": self.error,
             "bait_returned": list(self.bait_returned),
+            "skipped": self.skipped,
             "max_score_diff": self.max_score_diff,
             "lanes": {
                 d.lane: {"missing": list(d.missing), "extra": list(d.extra), "order_differs": d.order_differs,
@@ -237,4 +276,6 @@ def compare_observations(
 _SIDE = {
     "rebuild": {"reference": "build over the permitted chunks only", "observed": "full build"},
     "bait": {"reference": "full build", "observed": "build with bait"},
+    "repeat": {"reference": "first build", "observed": "second build"},
+    "concurrency": {"reference": "case replayed alone", "observed": "case under concurrent requests"},
 }

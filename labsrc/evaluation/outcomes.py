@@ -10,8 +10,9 @@ id the boundary hides from the case's caller (:func:`~labsrc.evaluation.noninter
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 
 from labsrc.errors import InvalidArgument
@@ -19,7 +20,7 @@ from labsrc.evaluation.config import LANES
 from labsrc.evaluation.latency import Progress
 from labsrc.evaluation.metrics import recall_at_k
 from labsrc.evaluation.noninterference import Comparison, Violation, boundary_violations
-from labsrc.evaluation.subject import Observation, Subject, observe, subject_versions
+from labsrc.evaluation.subject import Observation, Request, Subject, observe_request, subject_versions
 from labsrc.ranking import check_top_k
 from labsrc.records.cases import NEGATIVE_KINDS, Case
 from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
@@ -42,7 +43,8 @@ class CaseOutcome:
     (``bm25`` and ``dense`` are then empty and their gates NOT TESTED). ``error``
     is what ``search`` raised, if it did. ``violations`` are returned ids the
     boundary hides from the caller; ``rebuild`` and ``bait`` compare the case
-    with a build over the caller's permitted chunks and a build holding bait.
+    with a build over the caller's permitted chunks and a build holding bait;
+    ``concurrency`` compares it under concurrent requests with the case alone.
     """
 
     case: Case
@@ -56,6 +58,7 @@ class CaseOutcome:
     violations: tuple[Violation, ...] = ()
     rebuild: Comparison | None = None
     bait: Comparison | None = None
+    concurrency: Comparison | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "violations", tuple(self.violations))
@@ -93,10 +96,10 @@ class CaseOutcome:
     def passed(self) -> bool:
         """This case's own check: positive → all expected ids fused in the top k;
         restricted/superseded/wrong_region → nothing leaked; absent → nothing forbidden returned.
-        Every kind also fails on a search error, a returned hidden id, or a rebuild or bait difference."""
+        Every kind also fails on a search error, a returned hidden id, or a rebuild, bait or concurrency difference."""
         if self.error or self.violations:
             return False
-        if any(c is not None and c.differs for c in (self.rebuild, self.bait)):
+        if any(c is not None and c.differs for c in (self.rebuild, self.bait, self.concurrency)):
             return False
         if self.case.kind == "positive":
             return self.recall("hybrid") == 1.0
@@ -130,7 +133,7 @@ def _violations(top: tuple[Violation, ...], deep: tuple[Violation, ...]) -> tupl
 
 
 def replay_cases(
-    subject: Subject,
+    ask: Callable[[Request], Observation],
     cases: Sequence[Case],
     callers: Mapping[str, Caller],
     on_date: dt.date,
@@ -146,9 +149,9 @@ def replay_cases(
         if case.caller not in callers:
             raise InvalidArgument(f"case {case.name!r} names unknown caller {case.caller!r}; known: {sorted(callers)}")
         caller, date = callers[case.caller], case.on_date or on_date
-        top = observe(subject, case.query, caller, date, top_k, query_kind=case.kind)
+        top = ask(Request(case.query, caller, date, top_k, case.kind))
         # The probe: as deep as the corpus, so a hidden id ranked below top_k still counts.
-        deep = top if top.error else observe(subject, case.query, caller, date, depth, query_kind=case.kind)
+        deep = top if top.error else ask(Request(case.query, caller, date, depth, case.kind))
         violations = _violations(
             boundary_violations(case.name, top, caller, date, stored),
             boundary_violations(case.name, deep, caller, date, stored, probe=True),
@@ -191,7 +194,8 @@ def run_cases(
     """
     chunks = stored_chunks(retriever, stored)
     versions = subject_versions(retriever, on_date, type(retriever).__name__)
-    return [o for o, _ in replay_cases(retriever, cases, as_caller_map(callers), on_date, top_k, chunks, versions, progress)]
+    ask = partial(observe_request, retriever)
+    return [o for o, _ in replay_cases(ask, cases, as_caller_map(callers), on_date, top_k, chunks, versions, progress)]
 
 
 def stored_chunks(retriever: object, stored: Sequence[PolicyChunk] | None) -> Mapping[str, PolicyChunk]:

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
+import itertools
 import math
 import numbers
 import sys
 import sysconfig
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -44,6 +45,7 @@ from labsrc.retriever.policy import RetrievalResult
 __all__ = [
     "Factory",
     "Observation",
+    "Request",
     "Subject",
     "SubjectError",
     "build_subject",
@@ -51,6 +53,7 @@ __all__ = [
     "describe_exception",
     "factory_name",
     "observe",
+    "observe_request",
     "subject_versions",
 ]
 
@@ -212,28 +215,38 @@ def _accepts_query_kind(search: Callable[..., Any]) -> bool:
 
 
 def _pairs(out: Any, top_k: int) -> tuple[tuple[str, float], ...]:
-    """Validate a pairs-only answer: a sequence of ``(chunk_id, score)``, unique ids, finite scores, at most top_k."""
+    """Validate a pairs-only answer: a sequence of ``(chunk_id, score)``, unique ids, finite scores, at most top_k.
+
+    Linear and bounded: at most ``top_k + 1`` items are read, so an endless iterator or a million pairs
+    cost no more than a legal answer, and repeated ids are found with a set.
+    """
     if isinstance(out, (str, bytes, Mapping)) or not hasattr(out, "__iter__"):
         raise TypeError(f"search returned {type(out).__name__}; expected a RetrievalResult or (chunk_id, score) pairs")
     pairs: list[tuple[str, float]] = []
-    for rank, item in enumerate(out, start=1):
+    seen: set[str] = set()
+    for rank, item in enumerate(itertools.islice(out, top_k + 1), start=1):
+        if rank > top_k:
+            size = f"{len(out)} results" if isinstance(out, Sized) else "more results"
+            raise TypeError(f"search returned {size} for top_k={top_k}")
         if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != 2:
-            raise TypeError(f"result {rank} is {item!r}; expected a (chunk_id, score) pair")
+            raise TypeError(f"result {rank} is {_short(item)}; expected a (chunk_id, score) pair")
         chunk_id, score = item
         if isinstance(chunk_id, PolicyChunk):
             chunk_id = chunk_id.chunk_id
         if not isinstance(chunk_id, str):
-            raise TypeError(f"result {rank} has chunk_id {chunk_id!r} ({type(chunk_id).__name__}); expected a str")
+            raise TypeError(f"result {rank} has chunk_id {_short(chunk_id)} ({type(chunk_id).__name__}); expected a str")
         if isinstance(score, bool) or not isinstance(score, numbers.Real) or not math.isfinite(float(score)):
-            raise TypeError(f"result {rank} ({chunk_id!r}) has score {score!r}; expected a finite number")
+            raise TypeError(f"result {rank} ({chunk_id!r}) has score {_short(score)}; expected a finite number")
+        if chunk_id in seen:
+            raise TypeError(f"search returned the same chunk more than once: {chunk_id!r} again at rank {rank}")
+        seen.add(chunk_id)
         pairs.append((chunk_id, float(score)))
-    ids = [i for i, _ in pairs]
-    if len(set(ids)) != len(ids):
-        repeated = sorted({i for i in ids if ids.count(i) > 1})
-        raise TypeError(f"search returned the same chunk more than once: {repeated}")
-    if len(pairs) > top_k:
-        raise TypeError(f"search returned {len(pairs)} results for top_k={top_k}")
     return tuple(pairs)
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def observe(
@@ -267,3 +280,19 @@ def observe(
         raise
     except Exception as exc:
         return Observation({"hybrid": ()}, None, {}, error=describe_exception(exc))
+
+
+@dataclass(frozen=True)
+class Request:
+    """One ``search`` call: what a case asks, as its caller, on its date, how deep."""
+
+    query: str
+    caller: Caller
+    on_date: dt.date
+    top_k: int
+    query_kind: str = "adhoc"
+
+
+def observe_request(subject: Subject, request: Request) -> Observation:
+    """:func:`observe` for a :class:`Request`."""
+    return observe(subject, request.query, request.caller, request.on_date, request.top_k, query_kind=request.query_kind)

@@ -1,0 +1,447 @@
+"""Every build in its own process: a retriever the lab did not build, contained and on a clock.
+
+The gate's comparisons mean something only if each build is what the factory
+makes of the chunks it is handed *now*. A factory called twice in one process can
+reuse what its first call left behind (a module-level cache, a class attribute,
+a client's session), and then a rebuild agrees with the build it should check.
+So every build the gate makes (:class:`IsolatedBuild`) lives in a fresh worker
+process, forked from the gate before any build ran there:
+
+* no Python object, module global or cache survives from one build to the next;
+  a factory can still share a server it reconnects to (a DSN, a URL);
+* what the retriever returns comes back as plain data (ids, scores, the trace),
+  checked inside the worker, in time linear in ``top_k`` (an endless iterator or
+  a million pairs cost no more than ``top_k + 1`` items);
+* the build and every search are on a clock (``build_timeout_s``,
+  ``search_timeout_s``): a search that does not answer in time fails its case
+  with "timed out after N s", the worker is killed, and the next search gets a
+  fresh build;
+* whatever user code raises (``SystemExit`` and ``KeyboardInterrupt`` too) is a
+  failure of that build or that search, never the end of the gate's process;
+* the worker runs in its own process group with its own temporary folder, and
+  :meth:`IsolatedBuild.close` kills the group (threads the factory started,
+  processes it spawned) and removes the folder: nothing is left behind.
+
+Workers are forked (POSIX ``fork``), so a factory needs no pickling: a closure,
+a notebook's function or a bound method works. Platforms without ``fork`` are
+refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from multiprocessing.connection import Connection, Pipe
+from typing import Any
+
+from labsrc import errors
+from labsrc.errors import InvalidArgument, LabError
+from labsrc.evaluation.config import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_SEARCH_TIMEOUT_S
+from labsrc.evaluation.subject import (
+    Factory,
+    Observation,
+    Request,
+    SubjectError,
+    close_subject,
+    describe_exception,
+    factory_name,
+    observe_request,
+    subject_versions,
+)
+from labsrc.lanes.dense import DenseSource
+from labsrc.records.policy import PolicyChunk
+
+__all__ = [
+    "DEFAULT_BUILD_TIMEOUT_S",
+    "DEFAULT_SEARCH_TIMEOUT_S",
+    "IsolatedBuild",
+    "check_timeout",
+    "live_workers",
+]
+
+#: Seconds a worker gets to close its retriever before its process group is killed.
+_CLOSE_GRACE_S = 10.0
+
+
+def check_timeout(value: object, name: str) -> float:
+    """A timeout in seconds: a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InvalidArgument(f"{name} must be a number of seconds > 0, not {value!r}")
+    return float(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker side: runs in the forked process, talks plain data over the pipe.
+
+def _plain(observation: Observation) -> tuple[Any, ...]:
+    """An observation as plain tuples and dicts (mapping proxies do not pickle)."""
+    lanes = {lane: tuple(pairs) for lane, pairs in observation.lanes.items()}
+    trace = None if observation.trace is None else dict(observation.trace)
+    return lanes, trace, dict(observation.timings_ms), observation.error
+
+
+def _unplain(data: tuple[Any, ...]) -> Observation:
+    lanes, trace, timings, error = data
+    return Observation(lanes, trace, timings, error=error)
+
+
+def _observe_contained(subject: Any, request: Request) -> Observation:
+    """:func:`observe`, with ``SystemExit`` and ``KeyboardInterrupt`` from user code turned into the case's error."""
+    try:
+        return observe_request(subject, request)
+    except LabError:
+        raise
+    except BaseException as exc:  # SystemExit(0) from a plug-in must not end the worker as a success
+        return Observation({"hybrid": ()}, None, {}, error=describe_exception(exc))
+
+
+def _concurrently(subject: Any, requests: Sequence[Request], threads: int, send: Callable[[Any], None]) -> list[Any]:
+    """Every request from ``threads`` threads at once, started together; each result as plain data."""
+    results: list[Any] = [None] * len(requests)
+    lock = threading.Lock()
+    position = iter(range(len(requests)))
+    barrier = threading.Barrier(threads)
+    failure: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            return
+        while True:
+            with lock:
+                i = next(position, None)
+            if i is None:
+                return
+            try:
+                results[i] = _plain(_observe_contained(subject, requests[i]))
+            except BaseException as exc:  # a LabError: the lab's refusal of bad input
+                failure.append(exc)
+                results[i] = _plain(Observation({"hybrid": ()}, None, {}, error=describe_exception(exc)))
+            send(("progress", None))
+
+    workers = [threading.Thread(target=serve, daemon=True) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    if failure:
+        raise failure[0]
+    return results
+
+
+def _serve(conn: Connection, factory: Factory, chunks: tuple[PolicyChunk, ...], vectors: DenseSource | None) -> None:
+    lock = threading.Lock()
+
+    def send(message: Any) -> None:
+        with lock:
+            conn.send(message)
+
+    try:
+        subject = factory(chunks, vectors)
+    except BaseException as exc:
+        send(("build_error", describe_exception(exc)))
+        return
+    if not callable(getattr(subject, "search", None)):
+        send(("build_error", f"returned {type(subject).__name__}, which has no search(query, caller, on_date, top_k) method"))
+        return
+    rrf_k = getattr(subject, "rrf_k", None)
+    source = getattr(subject, "vectors", None) or vectors
+    model = dict(getattr(source, "model", None) or {})
+    send(("built", {"rrf_k": None if rrf_k is None else float(rrf_k), "dense_model": model}))
+    while True:
+        try:
+            op, payload = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            if op == "search":
+                send(("result", _plain(_observe_contained(subject, payload))))
+            elif op == "concurrently":
+                requests, threads = payload
+                send(("result", _concurrently(subject, requests, threads, send)))
+            elif op == "versions":
+                on_date, fallback = payload
+                send(("result", subject_versions(subject, on_date, fallback)))
+            elif op == "close":
+                close_subject(subject)
+                send(("closed", None))
+                return
+        except LabError as exc:
+            send(("lab_error", (type(exc).__name__, str(exc))))
+
+
+def _child(conn: Connection, parent_end: Connection, factory: Factory, chunks: tuple[PolicyChunk, ...],
+           vectors: DenseSource | None, tmp: str) -> None:
+    """The worker process's whole life; it always ends in ``os._exit`` (no atexit, no thread joins)."""
+    code = 0
+    try:
+        parent_end.close()
+        os.setpgid(0, 0)  # its own process group: close() kills whatever the factory started
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gate's to handle
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.environ["TMPDIR"] = tmp
+        tempfile.tempdir = tmp
+        # Jupyter's streams belong to the kernel's process; the worker writes to the real ones.
+        sys.stdout = sys.__stdout__ or sys.stdout
+        sys.stderr = sys.__stderr__ or sys.stderr
+        _serve(conn, factory, chunks, vectors)
+    except BaseException:
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        os._exit(code)
+
+
+# ---------------------------------------------------------------------------------------------
+# The gate's side.
+
+_LIVE: weakref.WeakSet[IsolatedBuild] = weakref.WeakSet()
+
+
+def live_workers() -> int:
+    """How many worker processes are running now (tests check that none outlive a run)."""
+    return sum(1 for build in list(_LIVE) if build.alive)
+
+
+def _lab_error(name: str, message: str) -> LabError:
+    cls = getattr(errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, LabError) and cls is not errors.InvalidRecord:
+        return cls(message)
+    return LabError(message)
+
+
+class IsolatedBuild:
+    """``factory(chunks, vectors)`` built in a fresh worker process, searched over a pipe, on a clock.
+
+    Raises :class:`~labsrc.evaluation.subject.SubjectError` when the build fails,
+    returns something without ``search``, or takes longer than ``build_timeout_s``.
+    :meth:`search` never raises for the retriever's failures: a search that raises
+    or breaks the contract gives an observation with ``error`` set; one that takes
+    longer than ``search_timeout_s`` gives "timed out after N s", and the worker is
+    killed; the next call builds again in a fresh worker (``restarts`` counts them).
+    The lab's own :class:`~labsrc.errors.LabError` (bad input) is raised again here.
+    """
+
+    def __init__(
+        self,
+        factory: Factory,
+        chunks: Sequence[PolicyChunk],
+        vectors: DenseSource | None,
+        *,
+        what: str = "build",
+        build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
+        search_timeout_s: float = DEFAULT_SEARCH_TIMEOUT_S,
+    ) -> None:
+        if not callable(factory):
+            raise SubjectError(f"the factory must be callable as factory(chunks, vectors), not {type(factory).__name__}")
+        if not hasattr(os, "fork"):
+            raise SubjectError("the gate builds each retriever in a forked worker process; this platform has no fork()")
+        self.factory = factory
+        self.chunks = tuple(chunks)
+        self.vectors = vectors
+        self.what = what
+        self.build_timeout_s = check_timeout(build_timeout_s, "build_timeout_s")
+        self.search_timeout_s = check_timeout(search_timeout_s, "search_timeout_s")
+        self.restarts = 0
+        self.info: Mapping[str, Any] = {}
+        self._pid: int | None = None
+        self._conn: Connection | None = None
+        self._tmp: str | None = None
+        self._broken: str | None = None  # why a restart failed: every later search reports it
+        _LIVE.add(self)
+        self._start()
+
+    # -- process management -----------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return self._pid is not None
+
+    def _start(self) -> None:
+        self._tmp = tempfile.mkdtemp(prefix="labsrc-gate-")
+        parent_end, child_end = Pipe(duplex=True)
+        with warnings.catch_warnings():
+            # Python 3.12+ warns that fork() in a threaded process may deadlock the child; the child
+            # touches no lock the parent's threads hold before it runs the factory, and it is on a clock.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the worker
+            _child(child_end, parent_end, self.factory, self.chunks, self.vectors, self._tmp)
+        child_end.close()
+        self._pid, self._conn = pid, parent_end
+        try:
+            os.setpgid(pid, pid)  # also set by the child: no window in which a kill misses the group
+        except OSError:
+            pass
+        name = factory_name(self.factory)
+        try:
+            kind, payload = self._receive(self.build_timeout_s)
+        except TimeoutError:
+            self._kill()
+            raise SubjectError(
+                f"{name} did not finish building ({self.what}, {len(self.chunks)} chunks) within "
+                f"{self.build_timeout_s:g} s (build_timeout_s)"
+            ) from None
+        except EOFError:
+            status = self._kill()
+            raise SubjectError(f"{name}'s worker process ended while building ({self.what}){status}") from None
+        if kind == "build_error":
+            self._kill()
+            raise SubjectError(f"{name} raised while building ({self.what}, {len(self.chunks)} chunks): {payload}")
+        self.info = payload
+
+    def _receive(self, timeout: float, on_progress: Callable[[], None] | None = None) -> tuple[str, Any]:
+        """The next message that is not a heartbeat; ``timeout`` counts from the last sign of life."""
+        conn = self._conn
+        if conn is None:
+            raise EOFError
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not conn.poll(remaining):
+                raise TimeoutError
+            try:
+                kind, payload = conn.recv()
+            except (OSError, ValueError, TypeError, AttributeError, ImportError):  # a torn or foreign message
+                raise EOFError from None
+            if kind != "progress":
+                return kind, payload
+            deadline = time.monotonic() + timeout
+            if on_progress is not None:
+                on_progress()
+
+    def _kill(self) -> str:
+        """Kill the worker's process group, reap it, remove its folder; a note on how it ended."""
+        note = ""
+        pid, self._pid = self._pid, None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if pid is not None:
+            for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+                try:
+                    target()
+                    break
+                except OSError:
+                    continue
+            try:
+                _, status = os.waitpid(pid, 0)
+                if os.WIFEXITED(status) and os.WEXITSTATUS(status):
+                    note = f" (exit status {os.WEXITSTATUS(status)})"
+                elif os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
+                    note = f" (killed by signal {os.WTERMSIG(status)})"
+            except ChildProcessError:
+                pass
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        return note
+
+    def close(self) -> None:
+        """Close the retriever in its worker (best effort, on a clock), then kill what is left. Idempotent."""
+        if self._conn is not None:
+            try:
+                self._conn.send(("close", None))
+                self._receive(_CLOSE_GRACE_S)
+            except (TimeoutError, EOFError, OSError):
+                pass
+        self._kill()
+        _LIVE.discard(self)
+
+    def __enter__(self) -> IsolatedBuild:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a forgotten build must not leave a process behind
+        try:
+            self._kill()
+        except Exception:
+            pass
+
+    # -- requests -----------------------------------------------------------------------------
+    def _call(self, op: str, payload: Any, timeout: float, on_progress: Callable[[], None] | None = None) -> Any:
+        """Send one request and return its result; TimeoutError, EOFError or the lab's own error."""
+        if self._conn is None:
+            raise EOFError
+        try:
+            self._conn.send((op, payload))
+        except OSError:
+            raise EOFError from None
+        kind, result = self._receive(timeout, on_progress)
+        if kind == "lab_error":
+            raise _lab_error(*result)
+        return result
+
+    def _ensure(self) -> str | None:
+        """A running worker, building again after a kill; the reason when it cannot."""
+        if self._broken is not None:
+            return self._broken
+        if self._pid is None:
+            self.restarts += 1
+            try:
+                self._start()
+            except SubjectError as exc:
+                self._broken = f"the build could not be restarted after its worker was stopped: {exc}"
+                return self._broken
+        return None
+
+    def search(self, request: Request) -> Observation:
+        """One ``search`` call in the worker, as an observation (see the class docs)."""
+        broken = self._ensure()
+        if broken is not None:
+            return Observation({"hybrid": ()}, None, {}, error=broken)
+        try:
+            return _unplain(self._call("search", request, self.search_timeout_s))
+        except TimeoutError:
+            self._kill()
+            return Observation({"hybrid": ()}, None, {},
+                               error=f"timed out after {self.search_timeout_s:g} s (search_timeout_s); the worker was killed")
+        except EOFError:
+            status = self._kill()
+            return Observation({"hybrid": ()}, None, {}, error=f"the worker process ended during search{status}")
+
+    def concurrently(
+        self, requests: Sequence[Request], threads: int, on_progress: Callable[[], None] | None = None
+    ) -> tuple[list[Observation] | None, str | None]:
+        """Every request from ``threads`` threads at once: ``(observations, None)`` or ``(None, why not)``.
+
+        The clock is ``search_timeout_s`` since the last request that finished.
+        """
+        broken = self._ensure()
+        if broken is not None:
+            return None, broken
+        try:
+            results = self._call("concurrently", (tuple(requests), threads), self.search_timeout_s, on_progress)
+        except TimeoutError:
+            self._kill()
+            return None, (f"no request finished within {self.search_timeout_s:g} s (search_timeout_s) while "
+                          f"{threads} threads searched at once; the worker was killed")
+        except EOFError:
+            status = self._kill()
+            return None, f"the worker process ended while {threads} threads searched at once{status}"
+        return [_unplain(r) for r in results], None
+
+    def versions(self, on_date: dt.date, fallback: str) -> dict[str, str]:
+        """The retriever's own ``versions(on_date)``, or ``{"retriever": fallback}``."""
+        if self._ensure() is None:
+            try:
+                return dict(self._call("versions", (on_date, fallback), self.search_timeout_s))
+            except (TimeoutError, EOFError):
+                self._kill()
+        return {"retriever": fallback}
