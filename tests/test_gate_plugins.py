@@ -124,11 +124,12 @@ def test_reports_carry_the_new_gates(corpus, tmp_path) -> None:
     report = json.loads((out_dir / "report.json").read_text())
     gates = {g["name"]: g for g in report["gates"]}
     assert gates["boundary on every returned id"]["status"] == "FAIL"
-    assert "case 'leave-weeks': 'north-leave-v3' at rank 2 of the fused list: not yet effective" in gates[
+    assert "case 'leave-weeks': 'north-leave-v3' at rank 2 of the fused list: not yet effective: takes effect 2026-09-01" in gates[
         "boundary on every returned id"]["findings"]
     case = next(c for c in report["cases"] if c["name"] == "leave-weeks")
     assert case["hidden_returned"][0] == {"chunk_id": "north-leave-v3", "lane": "hybrid", "rank": 2,
-                                          "reasons": ["not yet effective"], "probe": False}
+                                          "reasons": ["not yet effective"], "probe": False,
+                                          "details": ["not yet effective: takes effect 2026-09-01"], "where": ""}
     assert case["rebuild"]["lanes"]["hybrid"]["extra"] == ["north-leave-v3"]
     assert report["noninterference"] == "exact" and report["subject"].endswith("retrievers.py:ignores_dates")
     markdown = (out_dir / "report.md").read_text()

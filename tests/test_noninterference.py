@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import datetime as dt
 
 import numpy as np
@@ -172,17 +174,24 @@ def test_factory_errors_on_a_rebuild_fail_the_gate_with_the_reason(data: labsrc.
     assert "not compared:" in rebuild.findings[0] and "RuntimeError: needs the whole corpus" in rebuild.findings[0]
 
 
-def test_every_build_is_closed(data: labsrc.Lesson) -> None:
-    closed = []
+def test_every_build_is_closed_in_its_own_worker_process(data: labsrc.Lesson, tmp_path) -> None:
+    # Each build lives in a fresh worker process, so what a build leaves behind must be observed
+    # from outside it: every close() appends its process id and chunk count to a file.
+    log = tmp_path / "closed.txt"
 
     class Closing(labsrc.PolicyRetriever):
         def close(self):
-            closed.append(len(self.chunks))
+            with log.open("a") as f:
+                f.write(f"{os.getpid()} {len(self.chunks)}\n")
 
     run = labsrc.gate_retriever(Closing, data.chunks, data.callers, data.cases, data.vectors,
                                 labsrc.GateConfig(top_k=2), on_date=data.eval_date, measure=False)
     groups = {(o.case.caller, o.case.on_date or data.eval_date) for o in run.outcomes}
-    assert len(closed) == 1 + 2 * len(groups)  # the full build, then a rebuild and a bait build per group
+    closed = log.read_text().splitlines()
+    # The full build, its repeat, the canary build, then a rebuild and a bait build per group.
+    assert len(closed) == run.probes.builds == 3 + 2 * len(groups)
+    pids = {line.split()[0] for line in closed}
+    assert len(pids) == len(closed) and str(os.getpid()) not in pids  # one process per build, never the gate's
 
 
 @pytest.mark.parametrize("mode", ["nope", 1, None])
@@ -191,14 +200,16 @@ def test_unknown_noninterference_mode_is_refused(mode) -> None:
         labsrc.GateConfig(noninterference=mode)
 
 
-def test_a_bare_encoder_is_wrapped_so_bait_gets_vectors(data: labsrc.Lesson) -> None:
-    seen = []
+def test_a_bare_encoder_is_wrapped_so_bait_gets_vectors(data: labsrc.Lesson, tmp_path) -> None:
+    log = tmp_path / "sources.txt"
 
     def factory(chunks, vectors):
-        seen.append(type(vectors).__name__)
+        with log.open("a") as f:
+            f.write(type(vectors).__name__ + "\n")
         return labsrc.PolicyRetriever(chunks, vectors)
 
     run = labsrc.gate_retriever(factory, data.chunks, data.callers, data.cases, labsrc.HashingEncoder(),
                                 labsrc.GateConfig(top_k=2), on_date=data.eval_date, measure=False)
     assert {g.name: g.status for g in run.gates}["noninterference by bait"] == "PASS"
-    assert set(seen) == {"EncoderVectors", "BaitVectors"}
+    # The canary build gets a BaitVectors too (its code's vector), so the two kinds are all there is.
+    assert set(log.read_text().split()) == {"EncoderVectors", "BaitVectors"}

@@ -44,7 +44,7 @@ def test_a_retrieval_result_keeps_its_lanes_and_trace(data: labsrc.Lesson) -> No
         ([(1, 0.5)], "result 1 has chunk_id 1"),
         ([("a", math.nan)], "has score nan"),
         ([("a", True)], "has score True"),
-        ([("a", 1.0), ("a", 0.5)], "the same chunk more than once: ['a']"),
+        ([("a", 1.0), ("a", 0.5)], "the same chunk more than once: 'a' again at rank 2"),
         ([("a", 1.0), ("b", 0.5), ("c", 0.1)], "returned 3 results for top_k=2"),
     ],
 )

@@ -108,7 +108,12 @@ def _boundary_gate(outcomes: Sequence[CaseOutcome]) -> GateResult:
     hidden = sorted({v.chunk_id for o in flagged for v in o.violations})
     detail = (f"{plural(len(outcomes), 'case')}, every lane at top_k and full depth: "
               f"{plural(len(hidden), 'hidden id')} returned")
-    findings = tuple(v.describe() for o in flagged for v in o.violations)
+    probed = {v.where for o in flagged for v in o.violations if v.where}
+    if probed:
+        detail += " (counting the bait build and concurrent requests)"
+    # The stored corpus's own hidden ids first (what the caller gets today), then what probes drew out.
+    findings = tuple(v.describe() for o in flagged for v in o.violations if not v.where)
+    findings += tuple(v.describe() for o in flagged for v in o.violations if v.where)
     return GateResult("boundary on every returned id", not flagged, detail,
                       tuple(o.case.name for o in flagged), family="boundary", findings=findings)
 
@@ -172,6 +177,9 @@ def _repeat_gate(probes: Probes, mode: str) -> GateResult:
     if repeat.error is not None:
         return GateResult(name, False, f"the second build failed: {repeat.error}", family="repeat", tested=False,
                           findings=(repeat.error,))
+    if repeat.compared == 0:
+        return GateResult(name, False, "no case answered on both builds, so nothing could be compared",
+                          family="repeat", tested=False)
     detail = f"{plural(repeat.compared, 'case')} on two builds of the same chunks"
     findings = tuple(f"case {c!r}: not reproducible: {what}" for c, what in repeat.ids_differ)
     if repeat.ids_differ:
@@ -196,6 +204,9 @@ def _concurrency_gate(outcomes: Sequence[CaseOutcome], probes: Probes) -> GateRe
     assert check is not None
     what = (f"{plural(check.requests, 'request')} ({check.rounds} rounds of every case) from {check.threads} threads "
             "at once, callers interleaved")
+    if check.requests == 0:
+        return GateResult(name, False, f"no case answered when replayed alone, so none could be replayed at once",
+                          family="concurrency", tested=False)
     if check.error is not None:
         return GateResult(name, False, f"{what}: {check.error}", family="concurrency", findings=(check.error,))
     differing = [o for o in outcomes if o.concurrency is not None and o.concurrency.differs]

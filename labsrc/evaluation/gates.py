@@ -173,6 +173,9 @@ def _noninterference(
             try:
                 for i in positions:
                     case = cases[i]
+                    if observed[i].error:  # failed on the main build already: nothing to compare with
+                        target[i] = Comparison(kind, mode, error=f"the full build raised {observed[i].error}")
+                        continue
                     answer = other.search(_request(case, callers, on_date, top_k))
                     if kind == "rebuild":
                         target[i] = compare_observations(answer, observed[i], kind=kind, mode=mode)
@@ -190,8 +193,10 @@ def _noninterference(
 
 
 def _replay_on(build: IsolatedBuild, cases: Sequence[Case], callers: Mapping[str, Caller], on_date: dt.date,
-               top_k: int) -> list[Observation]:
-    return [build.search(_request(case, callers, on_date, top_k)) for case in cases]
+               top_k: int, observed: Sequence[Observation]) -> list[Observation]:
+    """Every case on ``build``; a case that raised on the main build is not asked again (it keeps that error)."""
+    return [answer if answer.error else build.search(_request(case, callers, on_date, top_k))
+            for case, answer in zip(cases, observed)]
 
 
 def _repeat(builder: _Builder, stored: tuple[PolicyChunk, ...], cases: Sequence[Case], callers: Mapping[str, Caller],
@@ -199,7 +204,7 @@ def _repeat(builder: _Builder, stored: tuple[PolicyChunk, ...], cases: Sequence[
     """Build the same chunks again in another process and replay every case on it."""
     try:
         with builder.build(stored, "every stored chunk, built a second time") as second:
-            again = _replay_on(second, cases, callers, on_date, top_k)
+            again = _replay_on(second, cases, callers, on_date, top_k, observed)
     except SubjectError as exc:
         return Repeatability(0, error=str(exc))
     return repeatability(cases, observed, again)
@@ -365,9 +370,11 @@ def _judge(
     """Replay every case (and time them, with ``measure``) through ``ask``."""
     pairs = replay_cases(ask, cases, callers, date, config.top_k, chunk_lookup(stored), versions, progress)
     latency = None
-    if measure:
+    # A case that raised or timed out has failed already; timing it again would only wait for it again.
+    answered = [case for case, (outcome, _) in zip(cases, pairs) if not outcome.error]
+    if measure and answered:
         latency = measure_latency(
-            None, cases, callers, date, config.top_k,  # type: ignore[arg-type]
+            None, answered, callers, date, config.top_k,  # type: ignore[arg-type]
             warmup=config.warmup, repetitions=config.repetitions, progress=progress, ask=ask,
         )
     return [o for o, _ in pairs], [obs for _, obs in pairs], latency

@@ -224,6 +224,7 @@ def report_dict(run: GateRun) -> dict[str, Any]:
         entry["hidden_returned"] = [v.to_dict() for v in o.violations]
         entry["rebuild"] = None if o.rebuild is None else o.rebuild.to_dict()
         entry["bait"] = None if o.bait is None else o.bait.to_dict()
+        entry["concurrency"] = None if o.concurrency is None else o.concurrency.to_dict()
         cases.append(entry)
     latency = None
     if run.latency is not None:
@@ -237,6 +238,8 @@ def report_dict(run: GateRun) -> dict[str, Any]:
             "on_date": run.on_date.isoformat(),
             "subject": run.subject,
             "noninterference": run.noninterference,
+            # The canary, repeat and concurrency probes, and how many builds (worker processes) the run made.
+            "probes": None if run.probes is None else run.probes.to_dict(),
             "config": run.config.to_dict(),
             "versions": {**dict(run.versions), "dense_model": dict(run.dense_model)},
             "recall": {"k": k, "lanes": dict(run.recall)},

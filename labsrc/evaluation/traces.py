@@ -32,7 +32,7 @@ def compact_trace(o: CaseOutcome, run: GateRun) -> dict[str, Any]:
         extra["error"] = o.error
     if o.violations:
         extra["hidden_returned"] = [v.to_dict() for v in o.violations]
-    for name, comparison in (("rebuild", o.rebuild), ("bait", o.bait)):
+    for name, comparison in (("rebuild", o.rebuild), ("bait", o.bait), ("concurrency", o.concurrency)):
         if comparison is not None and comparison.differs:
             extra[name] = comparison.to_dict()
     return {

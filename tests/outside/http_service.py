@@ -46,6 +46,12 @@ def _visible(chunk, caller, day):
     )
 
 
+class _Server(ThreadingHTTPServer):
+    # The default listen backlog (5) resets connections when the gate's 16 threads arrive at once.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class RetrievalService:
     """The service: ``start()`` serves on 127.0.0.1 (a free port) in a daemon thread and sets ``.url``."""
 
@@ -119,7 +125,7 @@ class RetrievalService:
                 except (ValueError, TypeError) as exc:
                     self.reply(400, {"error": str(exc)})
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="retrieval-service", daemon=True)
         self._thread.start()
