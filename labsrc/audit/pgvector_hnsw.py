@@ -29,6 +29,13 @@ class SharedServerFactory:
         self.dsn = dsn
         self.kwargs = kwargs
         self.server: Any = None
+        if dsn is None:
+            # Started here, in the gate's process: every build runs in a worker process of its own
+            # (labsrc.evaluation.workers) and reaches this one server through its DSN.
+            from labsrc.engines.server import EmbeddedServer, require_psycopg
+
+            require_psycopg()
+            self.server = EmbeddedServer()
 
     def __call__(self, chunks: Sequence[PolicyChunk], vectors: DenseSource | Encoder | None) -> Any:
         from labsrc.engines.postgres import PostgresRetriever
