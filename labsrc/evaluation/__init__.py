@@ -157,7 +157,82 @@ from labsrc.evaluation.verdicts import (
     plural,
 )
 
+from labsrc.evaluation.config import (
+    DEFAULT_BUILD_TIMEOUT_S,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_SEARCH_TIMEOUT_S,
+    MAX_CONCURRENCY,
+)
+from labsrc.evaluation.noninterference import (
+    reason_detail,
+)
+from labsrc.evaluation.probe_runs import (
+    Builder,
+    canary_probe,
+    case_groups,
+    case_request,
+    concurrency_probe,
+    noninterference_probe,
+    repeat_probe,
+)
+from labsrc.evaluation.probes import (
+    CONCURRENCY_ROUNDS,
+    CanaryCheck,
+    ConcurrencyCheck,
+    Probes,
+    Repeatability,
+    canary_chunk,
+    canary_vectors,
+    interleaved,
+    pick_withheld,
+    repeatability,
+)
+from labsrc.evaluation.subject import (
+    Request,
+    observe_request,
+)
+from labsrc.evaluation.worker_loop import (
+    plain_observation,
+    run_worker,
+    unplain_observation,
+)
+from labsrc.evaluation.workers import (
+    IsolatedBuild,
+    check_timeout,
+    live_workers,
+)
+
 __all__ = [
+    "DEFAULT_BUILD_TIMEOUT_S",
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_SEARCH_TIMEOUT_S",
+    "MAX_CONCURRENCY",
+    "reason_detail",
+    "Builder",
+    "canary_probe",
+    "case_groups",
+    "case_request",
+    "concurrency_probe",
+    "noninterference_probe",
+    "repeat_probe",
+    "CONCURRENCY_ROUNDS",
+    "CanaryCheck",
+    "ConcurrencyCheck",
+    "Probes",
+    "Repeatability",
+    "canary_chunk",
+    "canary_vectors",
+    "interleaved",
+    "pick_withheld",
+    "repeatability",
+    "Request",
+    "observe_request",
+    "plain_observation",
+    "run_worker",
+    "unplain_observation",
+    "IsolatedBuild",
+    "check_timeout",
+    "live_workers",
     "ALPHA_GRID",
     "BAIT_REASONS",
     "BUDGET_STAGES",

@@ -34,9 +34,7 @@ import math
 import os
 import shutil
 import signal
-import sys
 import tempfile
-import threading
 import time
 import warnings
 import weakref
@@ -47,23 +45,12 @@ from typing import Any
 from labsrc import errors
 from labsrc.errors import InvalidArgument, LabError
 from labsrc.evaluation.config import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_SEARCH_TIMEOUT_S
-from labsrc.evaluation.subject import (
-    Factory,
-    Observation,
-    Request,
-    SubjectError,
-    close_subject,
-    describe_exception,
-    factory_name,
-    observe_request,
-    subject_versions,
-)
+from labsrc.evaluation.subject import Factory, Observation, Request, SubjectError, factory_name
+from labsrc.evaluation.worker_loop import plain_observation, run_worker, unplain_observation
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import PolicyChunk
 
 __all__ = [
-    "DEFAULT_BUILD_TIMEOUT_S",
-    "DEFAULT_SEARCH_TIMEOUT_S",
     "IsolatedBuild",
     "check_timeout",
     "live_workers",
@@ -78,133 +65,6 @@ def check_timeout(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise InvalidArgument(f"{name} must be a number of seconds > 0, not {value!r}")
     return float(value)
-
-
-# ---------------------------------------------------------------------------------------------
-# The worker side: runs in the forked process, talks plain data over the pipe.
-
-def _plain(observation: Observation) -> tuple[Any, ...]:
-    """An observation as plain tuples and dicts (mapping proxies do not pickle)."""
-    lanes = {lane: tuple(pairs) for lane, pairs in observation.lanes.items()}
-    trace = None if observation.trace is None else dict(observation.trace)
-    return lanes, trace, dict(observation.timings_ms), observation.error
-
-
-def _unplain(data: tuple[Any, ...]) -> Observation:
-    lanes, trace, timings, error = data
-    return Observation(lanes, trace, timings, error=error)
-
-
-def _observe_contained(subject: Any, request: Request) -> Observation:
-    """:func:`observe`, with ``SystemExit`` and ``KeyboardInterrupt`` from user code turned into the case's error."""
-    try:
-        return observe_request(subject, request)
-    except LabError:
-        raise
-    except BaseException as exc:  # SystemExit(0) from a plug-in must not end the worker as a success
-        return Observation({"hybrid": ()}, None, {}, error=describe_exception(exc))
-
-
-def _concurrently(subject: Any, requests: Sequence[Request], threads: int, send: Callable[[Any], None]) -> list[Any]:
-    """Every request from ``threads`` threads at once, started together; each result as plain data."""
-    results: list[Any] = [None] * len(requests)
-    lock = threading.Lock()
-    position = iter(range(len(requests)))
-    barrier = threading.Barrier(threads)
-    failure: list[BaseException] = []
-
-    def serve() -> None:
-        try:
-            barrier.wait()
-        except threading.BrokenBarrierError:
-            return
-        while True:
-            with lock:
-                i = next(position, None)
-            if i is None:
-                return
-            try:
-                results[i] = _plain(_observe_contained(subject, requests[i]))
-            except BaseException as exc:  # a LabError: the lab's refusal of bad input
-                failure.append(exc)
-                results[i] = _plain(Observation({"hybrid": ()}, None, {}, error=describe_exception(exc)))
-            send(("progress", None))
-
-    workers = [threading.Thread(target=serve, daemon=True) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    if failure:
-        raise failure[0]
-    return results
-
-
-def _serve(conn: Connection, factory: Factory, chunks: tuple[PolicyChunk, ...], vectors: DenseSource | None) -> None:
-    lock = threading.Lock()
-
-    def send(message: Any) -> None:
-        with lock:
-            conn.send(message)
-
-    try:
-        subject = factory(chunks, vectors)
-    except BaseException as exc:
-        send(("build_error", describe_exception(exc)))
-        return
-    if not callable(getattr(subject, "search", None)):
-        send(("build_error", f"returned {type(subject).__name__}, which has no search(query, caller, on_date, top_k) method"))
-        return
-    rrf_k = getattr(subject, "rrf_k", None)
-    source = getattr(subject, "vectors", None) or vectors
-    model = dict(getattr(source, "model", None) or {})
-    send(("built", {"rrf_k": None if rrf_k is None else float(rrf_k), "dense_model": model}))
-    while True:
-        try:
-            op, payload = conn.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            if op == "search":
-                send(("result", _plain(_observe_contained(subject, payload))))
-            elif op == "concurrently":
-                requests, threads = payload
-                send(("result", _concurrently(subject, requests, threads, send)))
-            elif op == "versions":
-                on_date, fallback = payload
-                send(("result", subject_versions(subject, on_date, fallback)))
-            elif op == "close":
-                close_subject(subject)
-                send(("closed", None))
-                return
-        except LabError as exc:
-            send(("lab_error", (type(exc).__name__, str(exc))))
-
-
-def _child(conn: Connection, parent_end: Connection, factory: Factory, chunks: tuple[PolicyChunk, ...],
-           vectors: DenseSource | None, tmp: str) -> None:
-    """The worker process's whole life; it always ends in ``os._exit`` (no atexit, no thread joins)."""
-    code = 0
-    try:
-        parent_end.close()
-        os.setpgid(0, 0)  # its own process group: close() kills whatever the factory started
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gate's to handle
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.environ["TMPDIR"] = tmp
-        tempfile.tempdir = tmp
-        # Jupyter's streams belong to the kernel's process; the worker writes to the real ones.
-        sys.stdout = sys.__stdout__ or sys.stdout
-        sys.stderr = sys.__stderr__ or sys.stderr
-        _serve(conn, factory, chunks, vectors)
-    except BaseException:
-        code = 1
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except BaseException:
-            pass
-        os._exit(code)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,7 +140,7 @@ class IsolatedBuild:
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
         if pid == 0:  # the worker
-            _child(child_end, parent_end, self.factory, self.chunks, self.vectors, self._tmp)
+            run_worker(child_end, parent_end, self.factory, self.chunks, self.vectors, self._tmp)
         child_end.close()
         self._pid, self._conn = pid, parent_end
         try:
@@ -407,7 +267,7 @@ class IsolatedBuild:
         if broken is not None:
             return Observation({"hybrid": ()}, None, {}, error=broken)
         try:
-            return _unplain(self._call("search", request, self.search_timeout_s))
+            return unplain_observation(self._call("search", request, self.search_timeout_s))
         except TimeoutError:
             self._kill()
             return Observation({"hybrid": ()}, None, {},
@@ -435,7 +295,7 @@ class IsolatedBuild:
         except EOFError:
             status = self._kill()
             return None, f"the worker process ended while {threads} threads searched at once{status}"
-        return [_unplain(r) for r in results], None
+        return [unplain_observation(r) for r in results], None
 
     def versions(self, on_date: dt.date, fallback: str) -> dict[str, str]:
         """The retriever's own ``versions(on_date)``, or ``{"retriever": fallback}``."""
