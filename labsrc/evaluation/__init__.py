@@ -41,6 +41,7 @@ from labsrc.evaluation.case_rules import (
     check_cases,
 )
 from labsrc.evaluation.config import (
+    check_timeout,
     GateConfig,
     HYBRID_RULES,
     LANES,
@@ -198,7 +199,6 @@ from labsrc.evaluation.worker_loop import (
 )
 from labsrc.evaluation.workers import (
     IsolatedBuild,
-    check_timeout,
     live_workers,
 )
 

@@ -52,6 +52,7 @@ __all__ = [
     "LANES",
     "MAX_CONCURRENCY",
     "GateConfig",
+    "check_timeout",
     "load_gate_config",
 ]
 
@@ -91,6 +92,13 @@ def _budget_table(value: Mapping[str, float | None], name: str) -> Mapping[str, 
         merged[stage] = float(budget)
     # Keep the request order of the stages, whatever order the file used.
     return MappingProxyType({stage: merged[stage] for stage in BUDGET_STAGES if stage in merged})
+
+
+def check_timeout(value: object, name: str) -> float:
+    """A timeout in seconds: a finite number > 0 (the config's and an isolated build's)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InvalidArgument(f"{name} must be a number of seconds > 0, not {value!r}")
+    return float(value)
 
 
 def _count(value: object, name: str, minimum: int) -> int:
@@ -190,10 +198,7 @@ class GateConfig:
                 f"noninterference must be one of {list(NONINTERFERENCE_MODES)}, not {self.noninterference!r}"
             )
         for name in ("build_timeout_s", "search_timeout_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise InvalidArgument(f"{name} must be a number of seconds > 0, not {value!r}")
-            object.__setattr__(self, name, float(value))
+            object.__setattr__(self, name, check_timeout(getattr(self, name), name))
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency == 1 \
                 or not 0 <= self.concurrency <= MAX_CONCURRENCY:
             raise InvalidArgument(

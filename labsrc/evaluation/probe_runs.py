@@ -229,19 +229,19 @@ def concurrency_probe(
     comparisons: dict[int, Comparison] = {}
     violations: list[tuple[int, Violation]] = []
     actors = sorted({cases[i].caller for i in positions})
+    stored = {c.chunk_id: c for c in build.chunks}  # once, not per differing answer
     for (i, request), answer in zip(plan, together):
         comparison = compare_concurrent(alone[i], answer, mode)
         if i not in comparisons or (comparison.differs and not comparisons[i].differs):
             comparisons[i] = comparison
         if comparison.differs and not answer.error:
-            violations += [(i, v) for v in _concurrent_violations(cases[i], answer, request, callers, actors, build)]
+            violations += [(i, v) for v in _concurrent_violations(cases[i], answer, request, callers, actors, stored)]
     return check, comparisons, violations
 
 
 def _concurrent_violations(case: Case, answer: Observation, request: Request, callers: Mapping[str, Caller],
-                           actors: Sequence[str], build: IsolatedBuild) -> list[Violation]:
+                           actors: Sequence[str], stored: Mapping[str, PolicyChunk]) -> list[Violation]:
     """Hidden ids a case got under concurrent requests, each naming a caller of the probe who may see it."""
-    stored = {c.chunk_id: c for c in build.chunks}
     out = []
     for v in boundary_violations(case.name, answer, request.caller, request.on_date, stored):
         chunk = stored.get(v.chunk_id)

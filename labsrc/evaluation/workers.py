@@ -30,7 +30,6 @@ refused with a clear error.
 from __future__ import annotations
 
 import datetime as dt
-import math
 import os
 import shutil
 import signal
@@ -43,8 +42,8 @@ from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
 from labsrc import errors
-from labsrc.errors import InvalidArgument, LabError
-from labsrc.evaluation.config import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_SEARCH_TIMEOUT_S
+from labsrc.errors import LabError
+from labsrc.evaluation.config import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_SEARCH_TIMEOUT_S, check_timeout
 from labsrc.evaluation.subject import Factory, Observation, Request, SubjectError, factory_name
 from labsrc.evaluation.worker_loop import plain_observation, run_worker, unplain_observation
 from labsrc.lanes.dense import DenseSource
@@ -52,23 +51,12 @@ from labsrc.records.policy import PolicyChunk
 
 __all__ = [
     "IsolatedBuild",
-    "check_timeout",
     "live_workers",
 ]
 
 #: Seconds a worker gets to close its retriever before its process group is killed.
 _CLOSE_GRACE_S = 10.0
 
-
-def check_timeout(value: object, name: str) -> float:
-    """A timeout in seconds: a finite number > 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InvalidArgument(f"{name} must be a number of seconds > 0, not {value!r}")
-    return float(value)
-
-
-# ---------------------------------------------------------------------------------------------
-# The gate's side.
 
 _LIVE: weakref.WeakSet[IsolatedBuild] = weakref.WeakSet()
 
