@@ -103,8 +103,8 @@ def test_report_json_schema(passing_dir: Path, passing) -> None:
     doc = json.loads((passing_dir / "report.json").read_text(encoding="utf-8"))
     assert doc["schema"] == REPORT_SCHEMA and doc["schema_version"] == REPORT_SCHEMA_VERSION == 1
     assert list(doc) == [
-        "schema", "schema_version", "generator", "passed", "on_date", "subject", "noninterference", "config", "versions",
-        "recall", "significance", "gates", "cases", "latency", "cases_sha256",
+        "schema", "schema_version", "generator", "passed", "on_date", "subject", "noninterference", "probes", "config",
+        "versions", "recall", "significance", "gates", "cases", "latency", "cases_sha256",
     ]
     assert doc["passed"] is True and doc["on_date"] == "2026-05-27"
     assert doc["config"] == FAST.to_dict()
