@@ -1,6 +1,7 @@
 """labsrc: permission-safe hybrid retrieval, built from scratch for teaching.
 
-Data flows records → boundary → lanes → fusion → retriever → evaluation, with
+Data flows records → boundary → lanes → fusion → retriever → engines →
+evaluation → gate → reports, with
 the production patterns, the course and the CLI on top; each stage is a
 subpackage, in that order, and ``pyproject.toml`` states the order as an
 import-linter contract. The names below are the lesson's; everything else is
@@ -20,17 +21,9 @@ from labsrc.errors import InvalidArgument, InvalidRecord, LabError, MissingDepen
 from labsrc.evaluation import (
     RETRIEVAL_BUDGET_MS,
     STAGES,
-    CaseOutcome,
-    GateConfig,
-    GateResult,
-    GateRun,
     exceeded_retrieval_budgets,
-    gate_retriever,
-    load_gate_config,
     percentile_ms,
     recall_at_k,
-    release_gate,
-    write_report,
 )
 from labsrc.fusion import (
     DEFAULT_RRF_K,
@@ -55,7 +48,17 @@ from labsrc.lanes import (
     load_vectors,
     tokens,
 )
+from labsrc.gate import (
+    CaseOutcome,
+    GateConfig,
+    GateResult,
+    GateRun,
+    gate_retriever,
+    load_gate_config,
+    release_gate,
+)
 from labsrc.patterns import HybridRetriever
+from labsrc.reports import write_report
 from labsrc.records import (
     CASE_KINDS,
     Caller,
@@ -126,7 +129,7 @@ __all__ = [
     "EVAL_DATE",
     "Lesson",
     "lesson",
-    # evaluation
+    # evaluation, the gate and its reports
     "RETRIEVAL_BUDGET_MS",
     "STAGES",
     "CaseOutcome",

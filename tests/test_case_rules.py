@@ -1,4 +1,4 @@
-"""labsrc.evaluation.case_rules: the one rule a case obeys against the boundary."""
+"""labsrc.gate.case_rules: the one rule a case obeys against the boundary."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import datetime as dt
 from factories import make_chunk
 
 import labsrc
-from labsrc.evaluation.case_rules import case_problems, cases_problems
+from labsrc.gate.case_rules import case_problems, cases_problems
 
 DAY = dt.date(2026, 5, 27)
 LUNA = labsrc.Caller("luna", "EU", frozenset({"support:eu"}))

@@ -38,11 +38,11 @@ from labsrc.course.checks import (
 )
 from labsrc.course.checks.comparison import distinct_digits
 from labsrc.errors import InvalidRecord
-from labsrc.evaluation.case_rules import case_problems
-from labsrc.evaluation.config import GateConfig
-from labsrc.evaluation.gates import release_gate
+from labsrc.gate.case_rules import case_problems
+from labsrc.gate.config import GateConfig
+from labsrc.gate.gates import release_gate
 from labsrc.evaluation.metrics import recall_at_k
-from labsrc.evaluation.report import compact_trace
+from labsrc.reports.report import compact_trace
 from labsrc.lanes.embed import embed_to_dir, load_embeddings
 from labsrc.lanes.sparse import bm25_rank
 
@@ -141,7 +141,7 @@ def test_a_positive_case_expecting_a_hidden_chunk_is_named(corpus):
         case("stranger", "CLM-7", caller="nobody", expected=("eu-carrier-loss-v1",)),
     ]
     problems = check_positive_cases(cases, chunks, callers, EVAL_DATE).problems
-    # The one case rule (labsrc.evaluation.case_rules) speaks, naming case, field and value.
+    # The one case rule (labsrc.gate.case_rules) speaks, naming case, field and value.
     assert (
         "case 'vip-refund', field 'expected', value 'merchant-vip-refurb': caller 'luna-48291' cannot see this chunk "
         "on 2026-05-27 (restricted), so no retriever may return it; expect a chunk the caller can see, "

@@ -15,7 +15,7 @@ import pytest
 from labsrc.cli.main import main
 from labsrc.cli.progress import TqdmProgress, make_progress
 from labsrc.datasets.lesson import fixtures_dir
-from labsrc.evaluation.report import REPORT_FILES
+from labsrc.reports.report import REPORT_FILES
 
 LESSON = fixtures_dir() / "lesson"
 FILES = ["--chunks", str(LESSON / "chunks.jsonl"), "--callers", str(LESSON / "callers.json")]

@@ -13,7 +13,7 @@ import pytest
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.errors import InvalidArgument, InvalidRecord, MissingDependency
 from labsrc.evaluation.budgets import RETRIEVAL_BUDGET_MS
-from labsrc.evaluation.config import HYBRID_RULES, GateConfig, load_gate_config
+from labsrc.gate.config import HYBRID_RULES, GateConfig, load_gate_config
 
 LESSON_CONFIG = fixtures_dir() / "lesson" / "gate.json"
 

@@ -25,10 +25,10 @@ from labsrc.course.checks import (
     check_positive_cases,
 )
 from labsrc.errors import InvalidArgument, InvalidRecord
-from labsrc.evaluation.config import GateConfig
-from labsrc.evaluation.gates import release_gate
+from labsrc.gate.config import GateConfig
+from labsrc.gate.gates import release_gate
 from labsrc.evaluation.metrics import recall_at_k
-from labsrc.evaluation.report import compact_trace
+from labsrc.reports.report import compact_trace
 from labsrc.lanes.embed import load_embeddings
 from labsrc.records.loading import load_callers as load_callers_file
 

@@ -9,9 +9,7 @@ would get a PASS it does not deserve (or, for the noisy one, a leak it does not 
 
 from __future__ import annotations
 
-import contextlib
 import glob
-import io
 import json
 import os
 import sys
@@ -21,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from labsrc.cli.main import main
-from labsrc.evaluation.workers import live_workers
+from labsrc.gate.workers import live_workers
 
 OUTSIDE = Path(__file__).parent / "outside"
 FIELD = OUTSIDE / "field_retrievers.py"
 sys.path.insert(0, str(OUTSIDE))
 from field_corpus import write_field_corpus  # noqa: E402
+from gate_cli import run_gate, status  # noqa: E402
 from http_service import RetrievalService  # noqa: E402
 
 
@@ -43,18 +41,7 @@ def own_index(corpus, monkeypatch):
 
 
 def gate(corpus, spec: str, *extra: str) -> tuple[int, str, str]:
-    argv = ["gate", "--chunks", str(corpus["chunks.jsonl"]), "--callers", str(corpus["callers.json"]),
-            "--cases", str(corpus["cases.jsonl"]), "--config", str(corpus["gate.json"]), "--no-progress",
-            "--retriever", spec, *extra]
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
-
-
-def status(stdout: str, gate_name: str) -> str:
-    (line,) = [line for line in stdout.splitlines() if f"  {gate_name}  " in f"{line}  "]
-    return "NOT TESTED" if line.startswith("NOT TESTED") else line.split()[0]
+    return run_gate(corpus, "--retriever", spec, *extra)
 
 
 def leftovers() -> list[str]:

@@ -10,39 +10,23 @@ first and ranks only the permitted chunks exits 0.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
-from labsrc.cli.main import main
-
 OUTSIDE = Path(__file__).parent / "outside"
 RETRIEVERS = OUTSIDE / "retrievers.py"
 sys.path.insert(0, str(OUTSIDE))
 from corpus import write_corpus  # noqa: E402
+from gate_cli import run_gate as gate  # noqa: E402
+from gate_cli import status  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> dict[str, Path]:
     return write_corpus(tmp_path_factory.mktemp("hr"))
-
-
-def gate(corpus, *extra: str) -> tuple[int, str, str]:
-    argv = ["gate", "--chunks", str(corpus["chunks.jsonl"]), "--callers", str(corpus["callers.json"]),
-            "--cases", str(corpus["cases.jsonl"]), "--config", str(corpus["gate.json"]), "--no-progress", *extra]
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
-
-
-def status(stdout: str, gate_name: str) -> str:
-    (line,) = [line for line in stdout.splitlines() if f"  {gate_name}  " in f"{line}  "]
-    return line.split()[0] if not line.startswith("NOT TESTED") else "NOT TESTED"
 
 
 def test_filter_first_that_ranks_only_permitted_chunks_exits_0(corpus) -> None:

@@ -9,9 +9,9 @@ import pytest
 import labsrc
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.errors import InvalidArgument
-from labsrc.evaluation import LANES
-from labsrc.evaluation.config import GateConfig, load_gate_config
-from labsrc.evaluation.gates import (
+from labsrc.gate import LANES
+from labsrc.gate.config import GateConfig, load_gate_config
+from labsrc.gate.gates import (
     GATE_TABLE,
     CaseOutcome,
     evaluate_gates,

@@ -15,10 +15,10 @@ import pytest
 
 import labsrc
 from labsrc.datasets.lesson import fixtures_dir
-from labsrc.evaluation.config import GateConfig, load_gate_config
-from labsrc.evaluation.gates import release_gate
-from labsrc.evaluation.html_report import dense_model_label
-from labsrc.evaluation.report import report_markdown, write_report
+from labsrc.gate.config import GateConfig, load_gate_config
+from labsrc.gate.gates import release_gate
+from labsrc.reports.html_report import dense_model_label
+from labsrc.reports.report import report_markdown, write_report
 from labsrc.records.policy import Caller
 from labsrc.retriever.policy import PolicyRetriever
 

@@ -11,8 +11,8 @@ import pytest
 
 import labsrc
 from labsrc.boundary import block_reasons
-from labsrc.evaluation.bait import BAIT_REASONS, BaitVectors, bait_chunks, bait_text
-from labsrc.evaluation.noninterference import boundary_violations, compare_observations
+from labsrc.gate.bait import BAIT_REASONS, BaitVectors, bait_chunks, bait_text
+from labsrc.gate.noninterference import boundary_violations, compare_observations
 from labsrc.evaluation.subject import Observation
 from labsrc.lanes.dense import FixtureVectors
 

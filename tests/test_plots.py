@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from labsrc.errors import InvalidArgument  # noqa: E402
-from labsrc.evaluation.plots import LANE_COLORS, plot_latency, plot_recall, save_figure  # noqa: E402
+from labsrc.reports.plots import LANE_COLORS, plot_latency, plot_recall, save_figure  # noqa: E402
 
 PER_CASE = pd.DataFrame(
     {"bm25": [1.0, 0.0, 1.0], "dense": [0.0, 1.0, 1.0], "hybrid": [1.0, 1.0, 1.0]},

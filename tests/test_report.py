@@ -11,9 +11,9 @@ import pytest
 import labsrc
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.errors import InvalidArgument
-from labsrc.evaluation.config import GateConfig, load_gate_config
-from labsrc.evaluation.gates import release_gate
-from labsrc.evaluation.report import (
+from labsrc.gate.config import GateConfig, load_gate_config
+from labsrc.gate.gates import release_gate
+from labsrc.reports.report import (
     REPORT_FILES,
     REPORT_SCHEMA,
     REPORT_SCHEMA_VERSION,

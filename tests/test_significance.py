@@ -13,9 +13,9 @@ import labsrc
 from labsrc.datasets import find_dataset_dir, missing_data_reason
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.errors import InvalidArgument
-from labsrc.evaluation.config import GateConfig, load_gate_config
-from labsrc.evaluation.gates import release_gate
-from labsrc.evaluation.report import recall_significance, significance_lines
+from labsrc.gate.config import GateConfig, load_gate_config
+from labsrc.gate.gates import release_gate
+from labsrc.reports.report import recall_significance, significance_lines
 from labsrc.evaluation.significance import (
     MIN_PAIRED_QUERIES,
     compare_lanes,

@@ -31,7 +31,7 @@ class SharedServerFactory:
         self.server: Any = None
         if dsn is None:
             # Started here, in the gate's process: every build runs in a worker process of its own
-            # (labsrc.evaluation.workers) and reaches this one server through its DSN.
+            # (labsrc.gate.workers) and reaches this one server through its DSN.
             from labsrc.engines.server import EmbeddedServer, require_psycopg
 
             require_psycopg()

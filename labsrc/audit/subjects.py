@@ -13,7 +13,7 @@ from functools import partial
 from types import MappingProxyType
 from typing import Any
 
-from labsrc.evaluation.config import GateConfig
+from labsrc.gate.config import GateConfig
 from labsrc.retriever.policy import PolicyRetriever
 
 __all__ = ["SUBJECTS", "AuditSubject"]

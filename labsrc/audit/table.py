@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from labsrc.audit.subjects import SUBJECTS, AuditSubject
 from labsrc.errors import InvalidArgument, LabError
-from labsrc.evaluation.config import GateConfig, load_gate_config
-from labsrc.evaluation.gates import GateRun, gate_retriever
+from labsrc.gate.config import GateConfig, load_gate_config
+from labsrc.gate.gates import GateRun, gate_retriever
 from labsrc.evaluation.subject import close_subject
 from labsrc.lanes.dense import DenseSource
 from labsrc.lanes.sources import load_dense_source, visible_chunks

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         records = audit_frame(rows).to_dict(orient="records")
         Path(args.json).write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
     if args.plot:
-        from labsrc.evaluation.plots import save_figure
+        from labsrc.reports.plots import save_figure
 
         save_figure(plot_audit(rows), args.plot)
     return 0

@@ -35,7 +35,7 @@ from labsrc.evaluation.significance import (
     SignificanceReport,
     check_permutations,
 )
-from labsrc.evaluation.verdicts import plural
+from labsrc.gate.verdicts import plural
 
 __all__ = ["format_significance", "format_table", "register", "run"]
 

@@ -8,7 +8,7 @@ by bait, which need nothing but the factory.
 Exit status: 0 every gate passes, 1 a gate failed (each failing gate, case and
 finding is printed), 2 bad input (the message names the file, line, field and
 value): a malformed or empty file, a case that cannot test what its kind says
-(checked with :func:`~labsrc.evaluation.case_rules.check_cases`), an output path
+(checked with :func:`~labsrc.gate.case_rules.check_cases`), an output path
 that cannot be written (checked before the run), a factory that cannot be
 imported or built (its own error and file:line).
 """
@@ -25,11 +25,11 @@ from labsrc.cli.outputs import check_out_dir, check_out_file
 from labsrc.cli.progress import make_progress
 from labsrc.cli.report import add_run_options, apply_overrides, print_gate_table
 from labsrc.errors import InvalidArgument, InvalidRecord
-from labsrc.evaluation.case_rules import check_cases
-from labsrc.evaluation.config import GateConfig, load_gate_config
-from labsrc.evaluation.gates import gate_retriever
-from labsrc.evaluation.junit import write_junit
-from labsrc.evaluation.report import write_report
+from labsrc.gate.case_rules import check_cases
+from labsrc.gate.config import GateConfig, load_gate_config
+from labsrc.gate.gates import gate_retriever
+from labsrc.reports.junit import write_junit
+from labsrc.reports.report import write_report
 from labsrc.lanes.coverage import missing_vectors_note
 from labsrc.lanes.dense import DenseSource
 from labsrc.lanes.sources import load_dense_source, visible_chunks
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         )
     config = load_gate_config(args.config) if args.config else GateConfig()
     config = apply_overrides(config, args)
-    # The one case rule (labsrc.evaluation.case_rules): a case must test what its kind says.
+    # The one case rule (labsrc.gate.case_rules): a case must test what its kind says.
     check_cases(
         cases,
         {c.actor_id: c for c in callers},

@@ -15,10 +15,10 @@ from labsrc.cli.engines import add_engine_options, engine_factory
 from labsrc.cli.outputs import check_out_dir
 from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir, lesson
-from labsrc.evaluation.config import LANES, GateConfig, load_gate_config
+from labsrc.gate.config import LANES, GateConfig, load_gate_config
 from labsrc.errors import InvalidArgument
-from labsrc.evaluation.gates import GateRun, gate_retriever
-from labsrc.evaluation.report import (
+from labsrc.gate.gates import GateRun, gate_retriever
+from labsrc.reports.report import (
     recall_significance,
     significance_lines,
     write_report,

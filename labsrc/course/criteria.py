@@ -24,8 +24,8 @@ from labsrc.course.checks import (
 from labsrc.course.grades import Evidence
 from labsrc.course.submission import Submission, shell_path
 from labsrc.evaluation.budgets import STAGES
-from labsrc.evaluation.config import LANES, GateConfig
-from labsrc.evaluation.gates import CaseOutcome, GateRun
+from labsrc.gate.config import LANES, GateConfig
+from labsrc.gate.gates import CaseOutcome, GateRun
 from labsrc.evaluation.metrics import recall_at_k
 from labsrc.lanes.dense import DenseSource
 from labsrc.lanes.embed import StoredEmbeddings, vectors_match_texts

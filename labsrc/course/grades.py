@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labsrc.errors import InvalidArgument
-from labsrc.evaluation.gates import GateRun
+from labsrc.gate.gates import GateRun
 
 __all__ = ["LEVELS", "Evidence", "Grade", "LevelVerdict", "parse_level"]
 

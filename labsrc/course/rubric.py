@@ -43,8 +43,8 @@ from labsrc.course.grades import Grade, LevelVerdict
 from labsrc.course.submission import Submission, find_submission, shell_path
 from labsrc.course.thresholds import describe_config, relaxed_settings
 from labsrc.errors import LabError
-from labsrc.evaluation.config import load_gate_config
-from labsrc.evaluation.gates import release_gate
+from labsrc.gate.config import load_gate_config
+from labsrc.gate.gates import release_gate
 from labsrc.lanes.coverage import missing_query_vectors, no_vector_hint
 from labsrc.lanes.dense import DenseSource
 from labsrc.lanes.embed import StoredEmbeddings, load_embeddings

@@ -7,7 +7,7 @@ names every setting that would have made the gates easier to pass.
 
 from __future__ import annotations
 
-from labsrc.evaluation.config import LANES, GateConfig
+from labsrc.gate.config import LANES, GateConfig
 
 __all__ = ["HYBRID_RULE_STRENGTH", "describe_config", "relaxed_settings"]
 

@@ -155,7 +155,7 @@ def measure_latency(
     request's own trace (``result.trace.timings_ms``); a retriever that returns
     bare ``(chunk_id, score)`` pairs contributes the gate's wall clock around the
     call as the ``request`` stage (:func:`~labsrc.evaluation.subject.observe`). A case's ``on_date``
-    wins over ``on_date``, exactly as in :func:`labsrc.evaluation.gates.run_cases`. ``ask`` replaces
+    wins over ``on_date``, exactly as in :func:`labsrc.gate.gates.run_cases`. ``ask`` replaces
     the in-process call (the gate passes a build living in a worker process).
     """
     if ask is None:

@@ -8,7 +8,7 @@ really occurs in its document, so an edited document cannot silently turn a
 question unanswerable.
 
 The pass threshold is 85 %: a regression check for the chunk → index →
-expand → fuse pipeline, reported as a :class:`~labsrc.evaluation.gates.GateResult`.
+expand → fuse pipeline, reported as a :class:`~labsrc.gate.gates.GateResult`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.errors import InvalidArgument, InvalidRecord
-from labsrc.evaluation.gates import GateResult
+from labsrc.gate.gates import GateResult
 from labsrc.patterns.chunking import chunk_markdown
 from labsrc.patterns.dropin import HybridRetriever
 from labsrc.patterns.expansion import QueryExpander

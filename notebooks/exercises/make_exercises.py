@@ -242,10 +242,10 @@ result = checks.check_adversarial_cases(my_cases, chunks, callers, EVAL_DATE, de
 print(result)"""),
     md("""## Attack the retriever
 
-`labsrc.evaluation.gates.run_cases` replays each case and, for cases with forbidden ids, probes every lane as deep as the corpus.
+`labsrc.gate.gates.run_cases` replays each case and, for cases with forbidden ids, probes every lane as deep as the corpus.
 `leaked` must be empty. For the absent case, look at what the fused list still returns: a dense lane always finds
 *something* similar, so abstaining is the answer layer's job."""),
-    code("""from labsrc.evaluation.gates import run_cases
+    code("""from labsrc.gate.gates import run_cases
 
 retriever = labsrc.PolicyRetriever(chunks, dense)
 for outcome in run_cases(retriever, my_cases, callers, EVAL_DATE, top_k=2):
@@ -437,12 +437,12 @@ import matplotlib.pyplot as plt
 import labsrc
 from labsrc.course import checks as checks
 from labsrc.course import my_submission, read_my_cases
-from labsrc.evaluation.config import load_gate_config
+from labsrc.gate.config import load_gate_config
 from labsrc.lanes.embed import load_embeddings
 from labsrc.datasets.lesson import fixtures_dir
-from labsrc.evaluation.gates import release_gate
-from labsrc.evaluation.plots import plot_latency, plot_recall
-from labsrc.evaluation.report import latency_frame, recall_frame"""),
+from labsrc.gate.gates import release_gate
+from labsrc.reports.plots import plot_latency, plot_recall
+from labsrc.reports.report import latency_frame, recall_frame"""),
     code(LOAD_RUN),
     md("""## One measured gate run
 
@@ -517,8 +517,8 @@ This is step 5 of the lesson's "Build it yourself": *save a compact trace for ea
 """ + HOW_TO_CHECK),
     md("## Setup"),
     code(IMPORTS + """
-from labsrc.evaluation.config import GateConfig
-from labsrc.evaluation.gates import release_gate"""),
+from labsrc.gate.config import GateConfig
+from labsrc.gate.gates import release_gate"""),
     code(LOAD_RUN),
     md("""## A run with failures
 
@@ -593,8 +593,8 @@ This is step 6 of the lesson's "Build it yourself": *keep the fused top candidat
 """ + HOW_TO_CHECK),
     md("## Setup"),
     code(IMPORTS + """
-from labsrc.evaluation.config import GateConfig
-from labsrc.evaluation.gates import release_gate"""),
+from labsrc.gate.config import GateConfig
+from labsrc.gate.gates import release_gate"""),
     code(LOAD_RUN),
     md("""## A deeper candidate list
 

@@ -3,7 +3,7 @@
 Both checks validate every case with :func:`~labsrc.records.cases.case_format_problems`
 (the validation :func:`~labsrc.records.cases.load_cases` runs, so the check and
 the save cell never disagree) and judge it against the boundary with
-:func:`~labsrc.evaluation.case_rules.case_problems` (the rule ``labsrc gate``
+:func:`~labsrc.gate.case_rules.case_problems` (the rule ``labsrc gate``
 and the lesson use).
 """
 
@@ -26,8 +26,8 @@ from labsrc.course.checks.evidence import (
 )
 from labsrc.course.checks.result import CheckResult, Collector
 from labsrc.errors import LabError
-from labsrc.evaluation.case_rules import case_problems
-from labsrc.evaluation.gates import as_caller_map
+from labsrc.gate.case_rules import case_problems
+from labsrc.gate.gates import as_caller_map
 from labsrc.lanes.analysis import tokens
 from labsrc.lanes.dense import dense_rank
 from labsrc.lanes.sparse import bm25_rank
@@ -76,7 +76,7 @@ def id_hint(chunk_id: str, known: Collection[str]) -> str:
 
 
 def _rule_problems(out: Collector, case: Case, who, by_id, on_date: dt.date) -> bool:
-    """The one case rule (labsrc.evaluation.case_rules); True when the case obeys it."""
+    """The one case rule (labsrc.gate.case_rules); True when the case obeys it."""
     problems = case_problems(case, who, by_id, on_date)
     for p in problems:
         text = str(p)
@@ -263,7 +263,7 @@ def check_adversarial_cases(
     """Step 2: at least ``minimum`` adversarial cases, one of each kind in :data:`ADVERSARIAL_KINDS`.
 
     Each case must load and obey the one case rule
-    (:func:`~labsrc.evaluation.case_rules.case_problems`: a restricted,
+    (:func:`~labsrc.gate.case_rules.case_problems`: a restricted,
     superseded or wrong-region case forbids only chunks the boundary hides from
     its caller, at least one for the case's own reason). A negative case's query
     must aim at its forbidden chunks, so that without the boundary a lane would

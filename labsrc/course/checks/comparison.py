@@ -18,8 +18,8 @@ import numpy as np
 
 from labsrc.course.checks.result import CheckResult, Collector
 from labsrc.evaluation.budgets import STAGES
-from labsrc.evaluation.config import LANES
-from labsrc.evaluation.gates import GateRun
+from labsrc.gate.config import LANES
+from labsrc.gate.gates import GateRun
 from labsrc.evaluation.metrics import recall_at_k
 
 __all__ = ["PERCENTILE_METHOD", "check_lane_comparison", "distinct_digits"]

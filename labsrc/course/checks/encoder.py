@@ -15,7 +15,7 @@ import numpy as np
 
 from labsrc.boundary import permitted_chunks
 from labsrc.course.checks.result import CheckResult, Collector
-from labsrc.evaluation.gates import as_caller_map
+from labsrc.gate.gates import as_caller_map
 from labsrc.lanes.analysis import tokens
 from labsrc.lanes.coverage import missing_query_vectors, no_vector_hint, query_lookup
 from labsrc.lanes.dense import dense_rank

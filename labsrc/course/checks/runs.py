@@ -16,8 +16,8 @@ from typing import Any
 from labsrc.course.checks.evidence import chunk_text_by_field, chunk_titles_by_field, hidden_ids_in
 from labsrc.course.checks.result import CheckResult, Collector
 from labsrc.evaluation.budgets import STAGES
-from labsrc.evaluation.config import LANES
-from labsrc.evaluation.gates import CaseOutcome, GateRun, as_caller_map
+from labsrc.gate.config import LANES
+from labsrc.gate.gates import CaseOutcome, GateRun, as_caller_map
 from labsrc.fusion.rrf import rrf_contribution
 from labsrc.records.policy import Caller, PolicyChunk
 
@@ -143,7 +143,7 @@ def check_failed_traces(
     ``fused_ids``, ``candidates`` (each ``{"chunk_id", "bm25_rank",
     "dense_rank", "hybrid_rank"}``, 1-based integers or None, covering every
     returned id and the expected chunk), ``versions`` and ``timings_ms`` -- the
-    shape of :func:`labsrc.evaluation.report.compact_trace`. No trace may
+    shape of :func:`labsrc.reports.report.compact_trace`. No trace may
     contain chunk text, and none may mention a chunk its caller cannot see.
     """
     out = Collector("step 5, compact traces")

@@ -19,8 +19,8 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from labsrc.evaluation.gates import GateRun
-from labsrc.evaluation.traces import compact_trace
+from labsrc.gate.gates import GateRun
+from labsrc.reports.traces import compact_trace
 
 __all__ = ["GATE_CLASSNAME", "junit_xml", "write_junit"]
 

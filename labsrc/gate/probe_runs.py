@@ -1,7 +1,7 @@
 """The builds a factory's gate run makes besides the main one, each in its own worker process.
 
-:class:`Builder` builds the factory in a fresh worker (:mod:`~labsrc.evaluation.workers`)
-on the config's clocks. The probes (:mod:`~labsrc.evaluation.probes` says what each proves):
+:class:`Builder` builds the factory in a fresh worker (:mod:`~labsrc.gate.workers`)
+on the config's clocks. The probes (:mod:`~labsrc.gate.probes` says what each proves):
 
 * :func:`repeat_probe`: the same chunks again, every case replayed;
 * :func:`canary_probe`: a canary added and a returned chunk withheld;
@@ -17,12 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from labsrc.boundary import block_reasons, permitted_chunks
-from labsrc.evaluation.bait import BaitVectors, bait_chunks
-from labsrc.evaluation.config import GateConfig
+from labsrc.gate.bait import BaitVectors, bait_chunks
+from labsrc.gate.config import GateConfig
 from labsrc.evaluation.latency import Progress
-from labsrc.evaluation.noninterference import Comparison, Violation, boundary_violations, compare_observations
-from labsrc.evaluation.outcomes import CaseOutcome
-from labsrc.evaluation.probes import (
+from labsrc.gate.noninterference import Comparison, Violation, boundary_violations, compare_observations
+from labsrc.gate.outcomes import CaseOutcome
+from labsrc.gate.probes import (
     CONCURRENCY_ROUNDS,
     CanaryCheck,
     ConcurrencyCheck,
@@ -37,7 +37,7 @@ from labsrc.evaluation.probes import (
     withheld_rank,
 )
 from labsrc.evaluation.subject import Factory, Observation, Request, SubjectError
-from labsrc.evaluation.workers import IsolatedBuild
+from labsrc.gate.workers import IsolatedBuild
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller, PolicyChunk

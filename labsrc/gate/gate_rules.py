@@ -2,7 +2,7 @@
 
 :data:`GATE_TABLE` says, per gate family, what to freeze and what a failure
 means; :func:`evaluate_gates` applies every rule to a run's
-:class:`~labsrc.evaluation.outcomes.CaseOutcome` records. A failed gate carries
+:class:`~labsrc.gate.outcomes.CaseOutcome` records. A failed gate carries
 ``findings``: one line per problem, naming the case, the chunk, its rank and why.
 """
 
@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
-from labsrc.evaluation.bait import BAIT_REASONS
+from labsrc.gate.bait import BAIT_REASONS
 from labsrc.evaluation.budgets import BUDGET_STAGES, REQUEST_STAGE
-from labsrc.evaluation.config import LANES, GateConfig
+from labsrc.gate.config import LANES, GateConfig
 from labsrc.evaluation.latency import LatencyReport
 from labsrc.evaluation.metrics import recall_at_k
-from labsrc.evaluation.outcomes import CaseOutcome, lane_recall
-from labsrc.evaluation.probes import Probes
-from labsrc.evaluation.verdicts import GateResult, not_tested, plural
+from labsrc.gate.outcomes import CaseOutcome, lane_recall
+from labsrc.gate.probes import Probes
+from labsrc.gate.verdicts import GateResult, not_tested, plural
 from labsrc.records.cases import NEGATIVE_KINDS
 
 __all__ = ["GATE_TABLE", "evaluate_gates"]
@@ -224,7 +224,7 @@ def evaluate_gates(
 ) -> list[GateResult]:
     """Every gate's verdict, in the lesson's table order (latency last, when measured).
 
-    ``probes`` (a factory's run, :func:`~labsrc.evaluation.gates.gate_retriever`) adds the canary,
+    ``probes`` (a factory's run, :func:`~labsrc.gate.gates.gate_retriever`) adds the canary,
     repeat and concurrency gates, and turns the rebuild and bait gates into a failing NOT TESTED
     when the canary shows that comparisons across builds prove nothing.
     """

@@ -1,6 +1,6 @@
 """The worker process's side of an isolated build: build once, then answer requests over a pipe as plain data.
 
-:class:`~labsrc.evaluation.workers.IsolatedBuild` forks a process that runs
+:class:`~labsrc.gate.workers.IsolatedBuild` forks a process that runs
 :func:`run_worker` and nothing else. It puts itself in a process group of its
 own, ignores the terminal's Ctrl-C, points ``TMPDIR`` at a folder the gate
 removes, calls the factory, and serves ``search``, ``concurrently``, ``versions``

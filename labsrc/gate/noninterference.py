@@ -13,7 +13,7 @@ chunks that caller may see. Three checks test it from outside the retriever:
   scores. A post-filtering retriever fails here even when its ids are right:
   its lists come back short, or its BM25 statistics counted hidden chunks.
 * **Bait** (the same comparison against a build with
-  :mod:`~labsrc.evaluation.bait` chunks added): a hidden chunk made to win must
+  :mod:`~labsrc.gate.bait` chunks added): a hidden chunk made to win must
   not appear, and must not move a score.
 
 ``mode`` (:data:`NONINTERFERENCE_MODES`) says how strict the comparison is.

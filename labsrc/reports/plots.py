@@ -35,7 +35,7 @@ def plot_recall(
     """Grouped bars: Recall@k of each lane (bars) per positive case and on average (groups).
 
     ``per_case`` has one row per positive case (index = case name) and one
-    column per lane, as :func:`labsrc.evaluation.report.recall_frame` returns. The last
+    column per lane, as :func:`labsrc.reports.report.recall_frame` returns. The last
     group is the mean over cases, which is what the recall gates compare;
     ``thresholds`` draws each lane's gate as a black tick over its mean bar
     (one legend entry, "gate threshold"). Every mean is labelled, and so is
@@ -90,7 +90,7 @@ def plot_latency(frame: pd.DataFrame, *, title: str | None = None) -> Figure:
     """Bars of p50 and p95 per stage (log scale) with each stage's budget as a line.
 
     ``frame`` has columns ``stage``, ``p50_ms``, ``p95_ms`` and optionally
-    ``p50_budget_ms`` / ``p95_budget_ms`` (as :func:`labsrc.evaluation.report.latency_frame`
+    ``p50_budget_ms`` / ``p95_budget_ms`` (as :func:`labsrc.reports.report.latency_frame`
     returns). A log axis keeps sub-millisecond timings visible next to budgets
     of tens of milliseconds.
     """

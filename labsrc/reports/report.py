@@ -1,6 +1,6 @@
 """Release reports: the same gate run as DataFrames, JSON, Markdown, plots and JSONL.
 
-:func:`write_report` turns a :class:`~labsrc.evaluation.gates.GateRun` into a folder:
+:func:`write_report` turns a :class:`~labsrc.gate.gates.GateRun` into a folder:
 
 ========================  ===========================================================
 ``report.html``           one self-contained page: verdict, gates, recall, latency, failed traces
@@ -27,12 +27,12 @@ from typing import Any
 import pandas as pd
 
 from labsrc.errors import InvalidArgument
-from labsrc.evaluation.config import LANES
-from labsrc.evaluation.gates import GATE_TABLE, CaseOutcome, GateRun
-from labsrc.evaluation.html_report import dense_model_label, report_html
+from labsrc.gate.config import LANES
+from labsrc.gate.gates import GATE_TABLE, CaseOutcome, GateRun
+from labsrc.reports.html_report import dense_model_label, report_html
 from labsrc.evaluation.significance import SignificanceReport, lane_significance
-from labsrc.evaluation.traces import compact_trace
-from labsrc.evaluation.verdicts import plural
+from labsrc.reports.traces import compact_trace
+from labsrc.gate.verdicts import plural
 from labsrc.records.cases import cases_digest
 
 __all__ = [
@@ -333,7 +333,7 @@ def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
 
 def write_report(run: GateRun, out_dir: str | Path) -> dict[str, Path]:
     """Write every report file into ``out_dir`` (created if needed); returns name → path."""
-    from labsrc.evaluation.plots import plot_latency, plot_recall, save_figure
+    from labsrc.reports.plots import plot_latency, plot_recall, save_figure
 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():

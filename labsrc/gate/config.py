@@ -39,7 +39,7 @@ from typing import Any
 
 from labsrc.errors import InvalidArgument, InvalidRecord, MissingDependency
 from labsrc.evaluation.budgets import BUDGET_STAGES, RETRIEVAL_BUDGET_MS
-from labsrc.evaluation.noninterference import NONINTERFERENCE_MODES
+from labsrc.gate.noninterference import NONINTERFERENCE_MODES
 from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k
 from labsrc.ranking import check_top_k
 from labsrc.records.loading import parse_date, read_text
@@ -138,14 +138,14 @@ class GateConfig:
         PASS nor FAIL) fails the run. ``False`` by default: the run passes and the
         report says what was not tested; set it in CI once the case file is complete.
     noninterference:
-        How a gate run with a factory (:func:`~labsrc.evaluation.gates.gate_retriever`,
+        How a gate run with a factory (:func:`~labsrc.gate.gates.gate_retriever`,
         ``labsrc gate``) compares each case with a build over the caller's permitted
         chunks only and with a build holding bait: ``"exact"`` (ids, order and
         scores ``==``, the default), ``"ids"`` (for engines whose scores are not
         reproducible) or ``"off"`` (see :data:`NONINTERFERENCE_MODES`).
     build_timeout_s, search_timeout_s:
         With a factory, every build runs in its own worker process
-        (:mod:`~labsrc.evaluation.workers`): a build that takes longer than
+        (:mod:`~labsrc.gate.workers`): a build that takes longer than
         ``build_timeout_s`` fails, a search that takes longer than
         ``search_timeout_s`` fails its case ("timed out after N s") and its worker
         is killed. Defaults: 300 s and 30 s.

@@ -4,7 +4,7 @@
 probe as deep as the corpus (:func:`~labsrc.evaluation.subject.observe`, so
 any retriever of the plug-in contract works), and records a
 :class:`CaseOutcome`: each lane's ids and scores, the trace, and every returned
-id the boundary hides from the case's caller (:func:`~labsrc.evaluation.noninterference.boundary_violations`).
+id the boundary hides from the case's caller (:func:`~labsrc.gate.noninterference.boundary_violations`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from functools import partial
 from types import MappingProxyType
 
 from labsrc.errors import InvalidArgument
-from labsrc.evaluation.config import LANES
+from labsrc.gate.config import LANES
 from labsrc.evaluation.latency import Progress
 from labsrc.evaluation.metrics import recall_at_k
-from labsrc.evaluation.noninterference import Comparison, Violation, boundary_violations
+from labsrc.gate.noninterference import Comparison, Violation, boundary_violations
 from labsrc.evaluation.subject import Observation, Request, Subject, observe_request, subject_versions
 from labsrc.ranking import check_top_k
 from labsrc.records.cases import NEGATIVE_KINDS, Case

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from labsrc.evaluation.config import GateConfig
+from labsrc.gate.config import GateConfig
 
 __all__ = ["NOT_TESTED", "GateResult", "not_tested", "plural"]
 

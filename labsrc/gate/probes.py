@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from labsrc.boundary import block_reasons, permitted_chunks
-from labsrc.evaluation.bait import BaitVectors
-from labsrc.evaluation.noninterference import Comparison, compare_observations
+from labsrc.gate.bait import BaitVectors
+from labsrc.gate.noninterference import Comparison, compare_observations
 from labsrc.evaluation.subject import Observation, Request
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.cases import Case

@@ -16,7 +16,7 @@ The lesson's gate table (spec, "Release gate"), plus the lab's latency gate:
 * **Noninterference by rebuild** and **by bait** (with a factory,
   :func:`gate_retriever`): each case gives the same ids, order and scores as a
   build over the caller's permitted chunks only, and as a build holding hidden
-  chunks crafted to win (:mod:`~labsrc.evaluation.noninterference`).
+  chunks crafted to win (:mod:`~labsrc.gate.noninterference`).
 * **Latency**: p50 and p95 of each stage, measured after a warm-up, within budget.
 
 Any retriever can be judged: :func:`release_gate` takes a built one,
@@ -34,11 +34,11 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from labsrc.errors import InvalidArgument
-from labsrc.evaluation.config import GateConfig
-from labsrc.evaluation.gate_rules import GATE_TABLE, evaluate_gates
+from labsrc.gate.config import GateConfig
+from labsrc.gate.gate_rules import GATE_TABLE, evaluate_gates
 from labsrc.evaluation.latency import LatencyReport, Progress, measure_latency
-from labsrc.evaluation.noninterference import Comparison, Violation
-from labsrc.evaluation.outcomes import (
+from labsrc.gate.noninterference import Comparison, Violation
+from labsrc.gate.outcomes import (
     CaseOutcome,
     as_caller_map,
     lane_recall,
@@ -46,7 +46,7 @@ from labsrc.evaluation.outcomes import (
     run_cases,
     stored_chunks,
 )
-from labsrc.evaluation.probe_runs import (
+from labsrc.gate.probe_runs import (
     Builder,
     canary_probe,
     case_groups,
@@ -54,7 +54,7 @@ from labsrc.evaluation.probe_runs import (
     noninterference_probe,
     repeat_probe,
 )
-from labsrc.evaluation.probes import Probes
+from labsrc.gate.probes import Probes
 from labsrc.evaluation.subject import (
     Factory,
     Observation,
@@ -65,7 +65,7 @@ from labsrc.evaluation.subject import (
     observe_request,
     subject_versions,
 )
-from labsrc.evaluation.verdicts import GateResult
+from labsrc.gate.verdicts import GateResult
 from labsrc.lanes.dense import DenseSource, Encoder, as_dense_source
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
@@ -248,11 +248,11 @@ def gate_retriever(
     a :class:`~labsrc.retriever.policy.RetrievalResult` or ``(chunk_id, score)``
     pairs, best first (:mod:`~labsrc.evaluation.subject`).
 
-    Every build runs in a fresh worker process (:mod:`~labsrc.evaluation.workers`),
+    Every build runs in a fresh worker process (:mod:`~labsrc.gate.workers`),
     on the config's clocks (``build_timeout_s``, ``search_timeout_s``):
 
     1. the main build: every case replayed (and timed, with ``measure``), then
-       replayed from ``config.concurrency`` threads at once (:mod:`~labsrc.evaluation.probes`);
+       replayed from ``config.concurrency`` threads at once (:mod:`~labsrc.gate.probes`);
     2. with ``noninterference`` on: the same chunks built again (repeatability),
        a build with a canary added and a returned chunk withheld (does the factory
        index what it is handed?), then, per (caller, date) of the cases, a build

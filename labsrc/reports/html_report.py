@@ -23,9 +23,9 @@ from typing import Any
 import pandas as pd
 
 from labsrc.errors import InvalidArgument
-from labsrc.evaluation.config import LANES
-from labsrc.evaluation.gates import GATE_TABLE, GateRun
-from labsrc.evaluation.verdicts import plural
+from labsrc.gate.config import LANES
+from labsrc.gate.gates import GATE_TABLE, GateRun
+from labsrc.gate.verdicts import plural
 
 __all__ = ["dense_model_label", "report_html"]
 
@@ -195,14 +195,14 @@ def report_html(
     images: Mapping[str, bytes] | None = None,
     significance: Sequence[str] = (),
 ) -> str:
-    """The whole page, from the pieces :func:`~labsrc.evaluation.report.write_report` already made.
+    """The whole page, from the pieces :func:`~labsrc.reports.report.write_report` already made.
 
-    ``recall`` is :func:`~labsrc.evaluation.report.recall_frame`, ``latency``
-    :func:`~labsrc.evaluation.report.latency_frame`, ``traces`` one
-    :func:`~labsrc.evaluation.report.compact_trace` per failed case (in
+    ``recall`` is :func:`~labsrc.reports.report.recall_frame`, ``latency``
+    :func:`~labsrc.reports.report.latency_frame`, ``traces`` one
+    :func:`~labsrc.reports.report.compact_trace` per failed case (in
     :attr:`GateRun.failed_outcomes` order), and ``images`` maps ``recall.png`` /
     ``latency.png`` to the PNG bytes to embed. ``significance`` is
-    :func:`~labsrc.evaluation.report.significance_lines`: the paired tests of the
+    :func:`~labsrc.reports.report.significance_lines`: the paired tests of the
     hybrid against each lane, or why there are none.
     """
     from labsrc.version import __version__

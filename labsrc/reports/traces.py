@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from labsrc.evaluation.config import LANES
-from labsrc.evaluation.gates import GateRun
-from labsrc.evaluation.outcomes import CaseOutcome
+from labsrc.gate.config import LANES
+from labsrc.gate.gates import GateRun
+from labsrc.gate.outcomes import CaseOutcome
 
 __all__ = ["compact_trace"]
 
