@@ -14,7 +14,7 @@ import json
 import pytest
 
 import labsrc
-from labsrc.audit import SUBJECTS, audit_frame, audit_markdown, load_dataset, plot_audit, run_audit
+from labsrc.audit import AUDIT_GATES, SUBJECTS, audit_frame, audit_markdown, load_dataset, plot_audit, run_audit
 from labsrc.audit.langchain_ensemble import LangChainEnsemble
 from labsrc.audit.qdrant_filter import QdrantFilter
 from labsrc.audit.tantivy_filter import TantivyFilter
@@ -78,7 +78,7 @@ def test_table_and_plot(rows) -> None:
     assert markdown.splitlines()[0].startswith("| subject | dataset | recall | exclusion | boundary")
     assert len(markdown.splitlines()) == 2 + len(IN_MEMORY)
     figure = plot_audit(ordered)
-    assert len(figure.axes[0].patches) == len(IN_MEMORY) * 5
+    assert len(figure.axes[0].patches) == len(IN_MEMORY) * len(AUDIT_GATES)
     import matplotlib.pyplot as plt
 
     plt.close(figure)

@@ -1,13 +1,15 @@
 """Audit: gate retrievers the lab did not build.
 
 A plug-in is named ``MODULE:FACTORY`` (:func:`load_factory`); the audited
-subjects (:data:`SUBJECTS`) are what teams deploy, LangChain, tantivy, Qdrant
-and pgvector HNSW, each filtering by metadata the way its own documentation
+subjects (:data:`SUBJECTS`) are what teams deploy, LangChain, tantivy, Qdrant,
+DuckDB and pgvector HNSW, each filtering by metadata the way its own documentation
 recommends, with the lab's retrievers as controls. :func:`run_audit` puts each
-through the gate (:func:`labsrc.evaluation.gate_retriever`) on each dataset.
+through the gate (:func:`labsrc.gate.gate_retriever`) on each dataset: the
+lesson, the policy corpus, or a BEIR collection under a permission layout.
 """
 
 from labsrc.audit.common import OPEN_END, boundary_metadata, dense_source, document_vectors, permits
+from labsrc.audit.duckdb_hybrid import DuckDBHybrid, load_extensions
 from labsrc.audit.langchain_ensemble import FETCH_K, WEIGHTS, LangChainEnsemble
 from labsrc.audit.pgvector_hnsw import SharedServerFactory
 from labsrc.audit.plugin import load_factory, parse_spec
@@ -16,6 +18,8 @@ from labsrc.audit.tantivy_filter import TantivyFilter
 from labsrc.audit.subjects import SUBJECTS, AuditSubject
 from labsrc.audit.table import (
     AUDIT_GATES,
+    BEIR_CASES,
+    BEIR_GATE,
     AuditDataset,
     AuditRow,
     audit_frame,
@@ -27,6 +31,10 @@ from labsrc.audit.table import (
 
 __all__ = [
     "AUDIT_GATES",
+    "BEIR_CASES",
+    "BEIR_GATE",
+    "DuckDBHybrid",
+    "load_extensions",
     "FETCH_K",
     "LangChainEnsemble",
     "OPEN_END",

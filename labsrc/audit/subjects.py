@@ -61,6 +61,12 @@ def _qdrant(config: GateConfig) -> Any:
     return QdrantFilter
 
 
+def _duckdb(config: GateConfig) -> Any:
+    from labsrc.audit.duckdb_hybrid import DuckDBHybrid
+
+    return partial(DuckDBHybrid, rrf_k=config.rrf_k)
+
+
 SUBJECTS: Mapping[str, AuditSubject] = MappingProxyType({
     s.name: s
     for s in (
@@ -73,6 +79,8 @@ SUBJECTS: Mapping[str, AuditSubject] = MappingProxyType({
                      "audit", _tantivy),
         AuditSubject("qdrant-filter", "Qdrant local mode, cosine, payload filter (region, tags, dates)",
                      "audit", _qdrant),
+        AuditSubject("duckdb-hybrid", "DuckDB fts match_bm25 + vss HNSW (cosine), boundary in WHERE, the lab's RRF",
+                     "audit", _duckdb),
         AuditSubject("pgvector-hnsw-off", "labsrc PostgresRetriever, pgvector HNSW, iterative scan off",
                      "postgres", _postgres(dense_index="hnsw", iterative_scan="off")),
         AuditSubject("pgvector-hnsw-on", "labsrc PostgresRetriever, pgvector HNSW, iterative scan relaxed_order",

@@ -30,6 +30,12 @@ from labsrc.datasets.fetch import (
     default_fetch_dir,
     fetch_beir,
 )
+from labsrc.datasets.permissions import (
+    AUDIT_DATE,
+    CALLERS,
+    PermissionedCollection,
+    permissioned,
+)
 from labsrc.datasets.lesson import (
     EVAL_DATE,
     Lesson,
@@ -38,6 +44,10 @@ from labsrc.datasets.lesson import (
 )
 
 __all__ = [
+    "AUDIT_DATE",
+    "CALLERS",
+    "PermissionedCollection",
+    "permissioned",
     "BEIR_BASE_URL",
     "BEIR_REGISTRY",
     "BeirDataset",
