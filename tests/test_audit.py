@@ -114,3 +114,13 @@ def test_pgvector_subjects_and_the_postgres_control(lesson_data) -> None:
 def test_subject_registry_names_its_extra() -> None:
     assert {s.extra for s in SUBJECTS.values()} <= {"", "audit", "postgres"}
     assert [s.name for s in SUBJECTS.values() if s.control] == ["policy-retriever", "postgres-exact"]
+
+
+def test_each_gate_run_reports_its_phases_under_its_subject_and_dataset(lesson_data) -> None:
+    heard: list[tuple[str, int, int]] = []
+    run_audit([lesson_data], ["policy-retriever"], bars=lambda phase, done, total: heard.append((phase, done, total)))
+    phases = {phase for phase, _, _ in heard}
+    assert "policy-retriever on lesson: cases" in phases and "policy-retriever on lesson: concurrency" in phases
+    # Each phase counts up to its total.
+    assert all(0 < done <= total for _, done, total in heard)
+    assert ("policy-retriever on lesson: cases", len(lesson_data.cases), len(lesson_data.cases)) in heard

@@ -2,15 +2,19 @@
 
 A plug-in is named ``MODULE:FACTORY`` (:func:`load_factory`); the audited
 subjects (:data:`SUBJECTS`) are what teams deploy, LangChain, tantivy, Qdrant,
-DuckDB and pgvector HNSW, each filtering by metadata the way its own documentation
+DuckDB, LanceDB, Milvus Lite, LlamaIndex, Chroma and pgvector HNSW, each filtering by metadata the way its own documentation
 recommends, with the lab's retrievers as controls. :func:`run_audit` puts each
 through the gate (:func:`labsrc.gate.gate_retriever`) on each dataset: the
 lesson, the policy corpus, or a BEIR collection under a permission layout.
 """
 
+from labsrc.audit.chroma_filter import ChromaFilter
 from labsrc.audit.common import OPEN_END, boundary_metadata, dense_source, document_vectors, permits
 from labsrc.audit.duckdb_hybrid import DuckDBHybrid, load_extensions
+from labsrc.audit.lancedb_hybrid import LanceDBHybrid, boundary_where
 from labsrc.audit.langchain_ensemble import FETCH_K, WEIGHTS, LangChainEnsemble
+from labsrc.audit.llamaindex_bm25 import LlamaIndexHybrid
+from labsrc.audit.milvus_hybrid import MilvusHybrid, boundary_expr
 from labsrc.audit.pgvector_hnsw import SharedServerFactory
 from labsrc.audit.plugin import load_factory, parse_spec
 from labsrc.audit.qdrant_filter import QdrantFilter
@@ -33,7 +37,13 @@ __all__ = [
     "AUDIT_GATES",
     "BEIR_CASES",
     "BEIR_GATE",
+    "ChromaFilter",
     "DuckDBHybrid",
+    "LlamaIndexHybrid",
+    "LanceDBHybrid",
+    "MilvusHybrid",
+    "boundary_expr",
+    "boundary_where",
     "load_extensions",
     "FETCH_K",
     "LangChainEnsemble",

@@ -67,6 +67,30 @@ def _duckdb(config: GateConfig) -> Any:
     return partial(DuckDBHybrid, rrf_k=config.rrf_k)
 
 
+def _lancedb(config: GateConfig) -> Any:
+    from labsrc.audit.lancedb_hybrid import LanceDBHybrid
+
+    return LanceDBHybrid
+
+
+def _milvus(config: GateConfig) -> Any:
+    from labsrc.audit.milvus_hybrid import MilvusHybrid
+
+    return MilvusHybrid
+
+
+def _llamaindex(config: GateConfig) -> Any:
+    from labsrc.audit.llamaindex_bm25 import LlamaIndexHybrid
+
+    return LlamaIndexHybrid
+
+
+def _chroma(config: GateConfig) -> Any:
+    from labsrc.audit.chroma_filter import ChromaFilter
+
+    return ChromaFilter
+
+
 SUBJECTS: Mapping[str, AuditSubject] = MappingProxyType({
     s.name: s
     for s in (
@@ -81,6 +105,14 @@ SUBJECTS: Mapping[str, AuditSubject] = MappingProxyType({
                      "audit", _qdrant),
         AuditSubject("duckdb-hybrid", "DuckDB fts match_bm25 + vss HNSW (cosine), boundary in WHERE, the lab's RRF",
                      "audit", _duckdb),
+        AuditSubject("lancedb-hybrid", "LanceDB native FTS + vectors, query_type='hybrid', where(..., prefilter=True), "
+                     "RRFReranker", "audit", _lancedb),
+        AuditSubject("milvus-hybrid", "Milvus Lite BM25 function + dense FLAT cosine, hybrid_search with expr, RRFRanker(60)",
+                     "audit", _milvus),
+        AuditSubject("llamaindex-fusion", "LlamaIndex BM25Retriever + SimpleVectorStore with MetadataFilters, "
+                     "QueryFusionRetriever reciprocal_rerank", "audit", _llamaindex),
+        AuditSubject("chroma-filter", "Chroma (embeddings passed in), cosine, where filter (region, tags, dates)",
+                     "audit", _chroma),
         AuditSubject("pgvector-hnsw-off", "labsrc PostgresRetriever, pgvector HNSW, iterative scan off",
                      "postgres", _postgres(dense_index="hnsw", iterative_scan="off")),
         AuditSubject("pgvector-hnsw-on", "labsrc PostgresRetriever, pgvector HNSW, iterative scan relaxed_order",

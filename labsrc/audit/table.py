@@ -20,6 +20,7 @@ from labsrc.datasets.permissions import permissioned
 from labsrc.errors import InvalidArgument, LabError
 from labsrc.gate.config import GateConfig, load_gate_config
 from labsrc.gate.gates import GateRun, gate_retriever
+from labsrc.evaluation.latency import Progress
 from labsrc.evaluation.subject import close_subject
 from labsrc.lanes.dense import DenseSource
 from labsrc.lanes.sources import load_dense_source, visible_chunks
@@ -132,13 +133,24 @@ def _row(subject: str, dataset: str, run: GateRun) -> AuditRow:
     return AuditRow(subject, dataset, statuses, why, 0 if run.passed else 1)
 
 
+def _named(bars: Progress | None, what: str) -> Progress | None:
+    if bars is None:
+        return None
+    return lambda phase, done, total: bars(f"{what}: {phase}", done, total)
+
+
 def run_audit(
     datasets: Sequence[AuditDataset],
     subjects: Sequence[str] = tuple(SUBJECTS),
     *,
     progress: Callable[[str], None] | None = None,
+    bars: Progress | None = None,
 ) -> list[AuditRow]:
-    """Gate every subject on every dataset (latency not measured: the audit is about the boundary)."""
+    """Gate every subject on every dataset (latency not measured: the audit is about the boundary).
+
+    ``progress(what)`` hears which subject and dataset start; ``bars(phase, done, total)`` hears each
+    gate run's phases, named ``"<subject> on <dataset>: <phase>"`` (the CLI draws them as tqdm bars).
+    """
     unknown = sorted(set(subjects) - set(SUBJECTS))
     if unknown:
         raise InvalidArgument(f"unknown audit subject(s) {unknown}; known: {list(SUBJECTS)}")
@@ -152,7 +164,7 @@ def run_audit(
             try:
                 factory = subject.make(data.config)
                 run = gate_retriever(factory, data.chunks, data.callers, data.cases, data.vectors, data.config,
-                                     measure=False, label=name)
+                                     measure=False, label=name, progress=_named(bars, f"{name} on {data.name}"))
                 rows.append(_row(name, data.name, run))
             except LabError as exc:
                 rows.append(AuditRow(name, data.name, dict.fromkeys(AUDIT_GATES, "ERROR"), {}, 2, error=str(exc)))

@@ -1,7 +1,8 @@
 """``labsrc audit``: put the retrievers teams deploy through the gate, and print which gates each passes.
 
 Runs every subject in :data:`labsrc.audit.SUBJECTS` (or those named) on the
-lesson and the coursework's policy corpus (or ``--data`` folders), and prints
+lesson and the coursework's policy corpus (or ``--data`` folders: fixture folders, or
+BEIR collections under :mod:`labsrc.datasets.permissions`), and prints
 the audit table in Markdown: the table in the README and notebook 13 comes from
 this command. Exit status: 0 when the table was made (whatever it says), 2 on
 bad input or a missing extra.
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from labsrc.audit import SUBJECTS, audit_frame, audit_markdown, load_dataset, plot_audit, run_audit
 from labsrc.cli.outputs import check_out_file
+from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.errors import InvalidArgument
 
@@ -31,7 +33,8 @@ def _datasets(values: list[str] | None) -> list[tuple[str, Path]]:
         name, sep, folder = value.partition("=")
         path = Path(folder if sep else name)
         if not path.is_dir():
-            raise InvalidArgument(f"--data {value!r}: {path} is not a folder (chunks.jsonl, callers.json, cases.jsonl, gate.json)")
+            raise InvalidArgument(f"--data {value!r}: {path} is not a folder (chunks.jsonl, callers.json, cases.jsonl, gate.json; "
+                                  "or a BEIR collection: corpus.jsonl, queries.jsonl, qrels/test.tsv)")
         out.append((name if sep else path.name, path))
     return out
 
@@ -42,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
             check_out_file(path, flag)
     datasets = [load_dataset(name, folder) for name, folder in _datasets(args.data)]
     progress = None if args.no_progress else (lambda what: print(f"auditing {what} ...", file=sys.stderr))
-    rows = run_audit(datasets, args.subjects or tuple(SUBJECTS), progress=progress)
+    rows = run_audit(datasets, args.subjects or tuple(SUBJECTS), progress=progress, bars=make_progress(args.no_progress))
     table = audit_markdown(rows)
     print(table, end="")
     if args.markdown:
@@ -60,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "audit",
-        help="put real retrievers (LangChain, tantivy, Qdrant, pgvector HNSW) through the gate",
+        help="put real retrievers (LangChain, LlamaIndex, tantivy, Qdrant, Chroma, DuckDB, LanceDB, Milvus Lite, pgvector HNSW) "
+             "through the gate",
         description=(
             "Gate each audited retriever on the lesson and the policy corpus (or --data folders) and print "
             "which gates each passes, with the first finding of each failed gate. Needs the audit and postgres "
@@ -70,7 +74,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--subjects", nargs="+", choices=list(SUBJECTS), metavar="NAME",
                         help=f"subjects to audit (default: all of {', '.join(SUBJECTS)})")
     parser.add_argument("--data", nargs="+", metavar="[NAME=]DIR",
-                        help="fixture folders to audit on (default: fixtures/lesson and fixtures/policies)")
+                        help="fixture folders to audit on (default: fixtures/lesson and fixtures/policies), or BEIR collection "
+                             "folders (corpus.jsonl, queries.jsonl, qrels/test.tsv, vectors/<model>/), audited under "
+                             "the permission layout of labsrc.datasets.permissions")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
     parser.add_argument("--json", metavar="FILE", help="also write the table as JSON records")
     parser.add_argument("--plot", metavar="PNG", help="also draw the table as a grid of statuses")
