@@ -63,3 +63,19 @@ def test_bad_analyzer_arguments():
         Analyzer(stemmer="klingon")
     with pytest.raises(labsrc.InvalidArgument, match="normalize"):
         Analyzer(normalize="NFX")
+
+
+def test_stemming_is_snowballs_pure_python_algorithm_even_beside_pystemmer(monkeypatch) -> None:
+    # snowballstemmer.stemmer() returns PyStemmer's C stemmer when PyStemmer is importable (bm25s and
+    # llama-index pull it in), and its release stems these words differently ('added' -> 'ad', 'biologists'
+    # -> 'biologist', 'emergency' -> 'emerg'): the lab's BM25 would then score differently by what else is
+    # installed. The lab always loads the pure-Python algorithm, so the stems below hold either way.
+    pytest.importorskip("snowballstemmer")
+    from labsrc.lanes.analysis import _load_stemmer
+
+    stem = _load_stemmer("english")
+    assert [stem(w) for w in ("added", "biologists", "emergency", "evening")] == ["add", "biolog", "emergenc", "evening"]
+    assert type(stem.__self__).__module__ == "snowballstemmer.english_stemmer"
+    assert _load_stemmer("dutch_porter")("lichamelijk")  # a two-word language name finds its class
+    with pytest.raises(labsrc.InvalidArgument, match="unknown Snowball language 'klingon'"):
+        _load_stemmer("klingon")

@@ -221,3 +221,44 @@ def test_a_slow_service_times_out_on_the_gates_clock(corpus, monkeypatch) -> Non
     assert code == 1
     assert "timed out after 1 s (search_timeout_s)" in out
     assert elapsed < 120, elapsed  # 15 cases x (main, repeat, canary) at 1 s each, not 30 s each
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in glob.glob(f"/proc/{pid}/task/*/children"):
+        with open(task) as f:
+            found |= {int(p) for p in f.read().split()}
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads a process's children from Linux's /proc")
+def test_sigterm_during_a_hang_ends_the_run_and_leaves_no_worker_or_folder(corpus, tmp_path) -> None:
+    # A CI job cancelled mid-run: SIGTERM to the gate. It unwinds like Ctrl-C, so its workers and folders go too.
+    import signal
+    import subprocess
+
+    own_tmp = tmp_path / "tmp"
+    own_tmp.mkdir()
+    argv = [sys.executable, "-m", "labsrc.cli", "gate", "--chunks", str(corpus["chunks.jsonl"]),
+            "--callers", str(corpus["callers.json"]), "--cases", str(corpus["cases.jsonl"]),
+            "--config", str(corpus["gate.json"]), "--no-progress", "--retriever", f"{FIELD}:hangs",
+            "--search-timeout", "120"]
+    env = {**os.environ, "TMPDIR": str(own_tmp), "FIELD_INDEX": str(corpus["chunks.jsonl"])}
+    gate_process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (workers := _children(gate_process.pid)) or not list(own_tmp.glob("labsrc-gate-*")):
+            assert gate_process.poll() is None and time.monotonic() < deadline, "no worker started"
+            time.sleep(0.1)
+        time.sleep(1.0)  # the worker is now inside the search that hangs
+        gate_process.send_signal(signal.SIGTERM)
+        out, err = gate_process.communicate(timeout=30)
+    finally:
+        if gate_process.poll() is None:
+            gate_process.kill()
+            gate_process.communicate()
+    assert gate_process.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "labsrc: terminated"
+    assert list(own_tmp.iterdir()) == []
+    for pid in workers:
+        assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2], pid

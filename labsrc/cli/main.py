@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -55,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI job cancelled, ``kill``), raised where the command is so its cleanup runs."""
+
+
+def _terminated(signum: int, frame: object) -> NoReturn:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     for arg in argv:  # what no shell can pass, but a caller of main() can
@@ -67,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"labsrc: error: argument {one_line(repr(arg[:60]))} holds {problem}", file=sys.stderr)
             return 2
     args = build_parser().parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so worker processes, servers and temporary folders are cleaned up;
+    # only the main thread may set a handler (a caller of main() in a thread keeps its own).
+    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
     try:
         status = args.func(args)
         sys.stdout.flush()  # here, not at exit: a closed pipe is then caught below, every time
@@ -88,9 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f": {exc.filename}" if exc.filename else ""
         print(f"labsrc: error: {one_line(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # One line; on a terminal it starts a fresh one, since a progress bar may be mid-line.
-        print(f"{chr(10) if sys.stderr.isatty() else ''}labsrc: interrupted", file=sys.stderr)
-        return 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        print(f"{chr(10) if sys.stderr.isatty() else ''}labsrc: {what}", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130  # 128 + SIGTERM / SIGINT, as a shell reports them
     finally:
         close_engines()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

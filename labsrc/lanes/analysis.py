@@ -14,11 +14,14 @@ silently splitting words at them.
 
 from __future__ import annotations
 
+import importlib
+
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 from labsrc.errors import InvalidArgument, MissingDependency
 
@@ -60,11 +63,15 @@ def _load_stemmer(language: str) -> Callable[[str], str]:
             f"Snowball stemming ({language!r}) needs the 'stem' extra: "
             "pip install 'hybrid-retrieval-lab[stem]'"
         ) from exc
-    if language not in snowballstemmer.algorithms():
-        raise InvalidArgument(
-            f"unknown Snowball language {language!r}; valid: {', '.join(sorted(snowballstemmer.algorithms()))}"
-        )
-    stemmer = snowballstemmer.stemmer(language)
+    # snowballstemmer.stemmer() hands back PyStemmer's C stemmer whenever PyStemmer is importable (other
+    # packages pull it in), and its Snowball release stems some words differently: the same analyzer would
+    # then score differently on two machines. The pure-Python algorithm is loaded by its module instead.
+    folder = Path(snowballstemmer.__file__).parent
+    languages = sorted(p.stem.removesuffix("_stemmer") for p in folder.glob("*_stemmer.py"))
+    if language not in languages:
+        raise InvalidArgument(f"unknown Snowball language {language!r}; valid: {', '.join(languages)}")
+    module = importlib.import_module(f"snowballstemmer.{language}_stemmer")
+    stemmer = getattr(module, "".join(part.capitalize() for part in language.split("_")) + "Stemmer")()
     return stemmer.stemWord
 
 
