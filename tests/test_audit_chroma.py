@@ -29,14 +29,14 @@ _SCRIPT = textwrap.dedent('''
 
     import labsrc
     from labsrc.audit.chroma_filter import ChromaFilter
-    from labsrc.audit.table import _row
+    from labsrc.audit import audit_row
     from labsrc.gate import gate_retriever
 
     out = {}
     data = labsrc.lesson()
     run = gate_retriever(ChromaFilter, data.chunks, data.callers, data.cases, data.vectors, measure=False,
                          label="chroma-filter")
-    row = _row("chroma-filter", "lesson", run)
+    row = audit_row("chroma-filter", "lesson", run)
     out["statuses"] = dict(row.statuses)
     out["why"] = dict(row.why)
     out["probes"] = {g.name: g.passed for g in run.gates}

@@ -7,17 +7,20 @@ cannot safely fork the gate's workers (a forked build segfaulted).
 from __future__ import annotations
 
 import datetime as dt
-import json
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "outside"))
+from fresh_audit import audit_in_fresh_interpreter  # noqa: E402
 
 pytest.importorskip("lancedb")
 
 import labsrc
+from labsrc.audit import AuditRow
 from factories import make_chunk
 from labsrc.audit.lancedb_hybrid import LanceDBHybrid, boundary_where
 from labsrc.lanes.dense import FixtureVectors
@@ -28,27 +31,9 @@ PERMITTED = make_chunk("eu-laptop", "refund window for a damaged laptop")
 OTHER = make_chunk("eu-shoes", "returns of worn shoes")
 HIDDEN = [make_chunk(f"us-laptop-{i}", f"laptop laptop battery note {i}", region="US", acl_tag="support:us") for i in range(4)]
 
-_GATE = """
-import json, warnings
-warnings.simplefilter("ignore")
-from labsrc.audit.lancedb_hybrid import LanceDBHybrid
-from labsrc.audit.table import _row, load_dataset
-from labsrc.datasets.lesson import fixtures_dir
-from labsrc.gate.gates import gate_retriever
-data = load_dataset("lesson", fixtures_dir() / "lesson")
-run = gate_retriever(LanceDBHybrid, data.chunks, data.callers, data.cases, data.vectors, data.config,
-                     measure=False, label="lancedb-hybrid")
-row = _row("lancedb-hybrid", "lesson", run)
-gates = {g.name: "PASS" if g.passed else "FAIL" for g in run.gates}
-print(json.dumps({"statuses": dict(row.statuses), "why": dict(row.why), "gates": gates, "exit": row.exit_code}))
-"""
-
-
 @pytest.fixture(scope="module")
-def verdicts() -> dict:
-    done = subprocess.run([sys.executable, "-c", _GATE], capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def verdicts() -> AuditRow:
+    return audit_in_fresh_interpreter("lancedb-hybrid")
 
 
 def test_the_gate_on_the_lesson(verdicts) -> None:
@@ -56,11 +41,11 @@ def test_the_gate_on_the_lesson(verdicts) -> None:
     # full-text statistics are the whole table's, so hidden chunks reorder a permitted list.
     expected = {"recall": "PASS", "exclusion": "PASS", "boundary on every returned id": "PASS",
                 "noninterference by rebuild": "FAIL", "noninterference by bait": "PASS"}
-    assert {name: verdicts["statuses"][name] for name in expected} == expected
-    assert verdicts["why"]["noninterference by rebuild"].startswith("case 'superseded-wording': hybrid: order differs")
-    assert {verdicts["gates"][n] for n in ("factory indexes what it is handed", "repeatable builds",
+    assert {name: verdicts.statuses[name] for name in expected} == expected
+    assert verdicts.why["noninterference by rebuild"].startswith("case 'superseded-wording': hybrid: order differs")
+    assert {verdicts.statuses[n] for n in ("factory indexes what it is handed", "repeatable builds",
                                             "same answers under concurrent requests")} == {"PASS"}
-    assert verdicts["exit"] == 1
+    assert verdicts.exit_code == 1
 
 
 def _text_scores(chunks: list[labsrc.PolicyChunk], query: str) -> dict[str, float]:

@@ -18,7 +18,7 @@ pytest.importorskip("llama_index.core")
 
 import labsrc  # noqa: E402
 from labsrc.audit.llamaindex_bm25 import LlamaIndexHybrid, _imports  # noqa: E402
-from labsrc.audit.table import _row  # noqa: E402
+from labsrc.audit import audit_row  # noqa: E402
 from labsrc.gate import gate_retriever  # noqa: E402
 from factories import make_chunk  # noqa: E402
 
@@ -112,7 +112,7 @@ def test_sixteen_threads_get_the_answers_one_gets(data: labsrc.Lesson) -> None:
 
 
 def test_gate_verdicts_on_the_lesson(lesson_row) -> None:
-    row = _row("llamaindex-bm25", "lesson", lesson_row)
+    row = audit_row("llamaindex-bm25", "lesson", lesson_row)
     assert {gate: row.statuses[gate] for gate in GATES} == {
         "recall": "FAIL",  # score-0 filler outranks the answer in the fusion ('paraphrase')
         "exclusion": "FAIL",

@@ -7,9 +7,7 @@ process's gRPC threads.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -19,10 +17,14 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent / "outside"))
+from fresh_audit import audit_in_fresh_interpreter  # noqa: E402
+
 pytest.importorskip("pymilvus")
 pytest.importorskip("milvus_lite")
 
 import labsrc
+from labsrc.audit import AuditRow
 from factories import make_chunk
 from labsrc.audit.milvus_hybrid import COLLECTION, MilvusHybrid, boundary_expr
 from labsrc.lanes.dense import FixtureVectors
@@ -33,26 +35,9 @@ PERMITTED = make_chunk("eu-laptop", "refund window for a damaged laptop")
 OTHER = make_chunk("eu-shoes", "returns of worn shoes")
 HIDDEN = [make_chunk(f"us-laptop-{i}", f"laptop laptop battery note {i}", region="US", acl_tag="support:us") for i in range(4)]
 
-_GATE = """
-import json
-from labsrc.audit.milvus_hybrid import MilvusHybrid
-from labsrc.audit.table import _row, load_dataset
-from labsrc.datasets.lesson import fixtures_dir
-from labsrc.gate.gates import gate_retriever
-data = load_dataset("lesson", fixtures_dir() / "lesson")
-run = gate_retriever(MilvusHybrid, data.chunks, data.callers, data.cases, data.vectors, data.config,
-                     measure=False, label="milvus-hybrid")
-row = _row("milvus-hybrid", "lesson", run)
-gates = {g.name: "PASS" if g.passed else "FAIL" for g in run.gates}
-print(json.dumps({"statuses": dict(row.statuses), "why": dict(row.why), "gates": gates, "exit": row.exit_code}))
-"""
-
-
 @pytest.fixture(scope="module")
-def verdicts() -> dict:
-    done = subprocess.run([sys.executable, "-c", _GATE], capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def verdicts() -> AuditRow:
+    return audit_in_fresh_interpreter("milvus-hybrid")
 
 
 def test_the_gate_on_the_lesson(verdicts) -> None:
@@ -60,12 +45,12 @@ def test_the_gate_on_the_lesson(verdicts) -> None:
     # (flushed in the same segment) move BM25 scores but no rank; four bait chunks do move one.
     expected = {"recall": "PASS", "exclusion": "PASS", "boundary on every returned id": "PASS",
                 "noninterference by rebuild": "PASS", "noninterference by bait": "FAIL"}
-    assert {name: verdicts["statuses"][name] for name in expected} == expected
-    assert verdicts["why"]["noninterference by bait"] == (
+    assert {name: verdicts.statuses[name] for name in expected} == expected
+    assert verdicts.why["noninterference by bait"] == (
         "case 'shared-language': hybrid: missing ['eu-carrier-loss-v1'], extra ['eu-footwear-v1-rule']")
-    assert {verdicts["gates"][n] for n in ("factory indexes what it is handed", "repeatable builds",
+    assert {verdicts.statuses[n] for n in ("factory indexes what it is handed", "repeatable builds",
                                             "same answers under concurrent requests")} == {"PASS"}
-    assert verdicts["exit"] == 1
+    assert verdicts.exit_code == 1
 
 
 def _bm25(built: MilvusHybrid, query: str, caller: labsrc.Caller, on_date: dt.date) -> dict[str, float]:

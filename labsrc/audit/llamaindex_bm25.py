@@ -5,7 +5,7 @@ documentation says: one ``MetadataFilters`` per caller and day (region ``EQ``,
 ``acl_tag`` ``IN`` the caller's tags, ``effective_from`` ``LTE`` and
 ``effective_to`` ``GTE`` the day), handed to ``BM25Retriever.from_defaults(nodes=...,
 similarity_top_k=k, filters=...)`` (``llama-index-retrievers-bm25``; it takes its
-filters when built, so one is built per filter and depth, on first use, and kept) and to the
+filters when built, so one is built per filter, on first use, and kept) and to the
 vector index's retriever (``as_retriever(similarity_top_k=k, filters=...)`` over
 the default ``SimpleVectorStore``). ``QueryFusionRetriever(mode="reciprocal_rerank",
 num_queries=1, use_async=False)`` fuses the two lists with its own RRF
@@ -29,9 +29,9 @@ beside a wrong-region one sharing one term, in the tests). A caller
 who may see nothing makes ``from_defaults`` raise ``ValueError``; that lane is
 then empty. ``SimpleVectorStore`` applies the filters *before* ranking (a
 pre-filter over its whole dict), so the dense list holds only permitted nodes.
-Every request builds its own ``BM25Retriever`` (its filters are fixed at
-construction) and a lock serialises searches, so one instance is safe from many
-threads. Needs the ``audit`` extra (``llama-index-core``,
+One ``BM25Retriever`` is built per caller and day, on first use (its filters
+are fixed at construction), and a lock serialises searches, so one instance is
+safe from many threads. Needs the ``audit`` extra (``llama-index-core``,
 ``llama-index-retrievers-bm25``).
 """
 
@@ -127,16 +127,20 @@ class LlamaIndexHybrid:
         ])
 
     def _bm25(self, filters: Any, caller: Caller, on_date: dt.date, top_k: int) -> Any:
-        """One ``BM25Retriever`` per filter and depth, built on first use: it takes its filters when built,
-        so a team builds one per filter (its index and statistics are every node's either way)."""
-        key = (caller.region, tuple(sorted(caller.acl_tags)), on_date.toordinal(), top_k)
+        """One ``BM25Retriever`` per filter, built on first use and kept: it takes its filters when built, so
+        a team builds one per filter (its index and statistics are every node's either way). Its public
+        ``similarity_top_k`` is set to each request's depth (at most the number of nodes, as bm25s requires)."""
+        key = (caller.region, tuple(sorted(caller.acl_tags)), on_date.toordinal())
         if key not in self._retrievers:
             try:
                 self._retrievers[key] = self._li["BM25Retriever"].from_defaults(
-                    nodes=self.nodes, similarity_top_k=top_k, filters=filters)
+                    nodes=self.nodes, similarity_top_k=min(top_k, len(self.nodes)), filters=filters)
             except ValueError:  # "All nodes were filtered out by the metadata filters"
                 self._retrievers[key] = None
-        return self._retrievers[key]
+        retriever = self._retrievers[key]
+        if retriever is not None:
+            retriever.similarity_top_k = min(top_k, len(self.nodes))
+        return retriever
 
     def search(self, query: str, caller: Caller, on_date: dt.date, top_k: int) -> list[tuple[str, float]]:
         if not self.nodes or not query.strip() or top_k <= 0:

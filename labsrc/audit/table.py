@@ -8,12 +8,18 @@ gate printed it. :func:`audit_frame`, :func:`audit_markdown` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from labsrc.audit.rows import AuditRow, load_rows, merge_rows, save_rows
 from labsrc.audit.subjects import SUBJECTS, AuditSubject
 from labsrc.datasets.beir import load_beir
 from labsrc.datasets.permissions import permissioned
@@ -27,12 +33,13 @@ from labsrc.lanes.sources import load_dense_source, visible_chunks
 from labsrc.records.cases import Case, load_cases
 from labsrc.records.loading import load_callers, load_chunks
 from labsrc.records.policy import Caller, PolicyChunk
+from labsrc.version import __version__
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["AUDIT_GATES", "BEIR_CASES", "BEIR_GATE", "AuditDataset", "AuditRow", "audit_frame", "audit_markdown", "load_dataset",
+__all__ = ["AUDIT_GATES", "BEIR_CASES", "BEIR_GATE", "AuditDataset", "audit_cost", "audit_frame", "audit_row", "audit_markdown", "dataset_digest", "load_dataset",
            "plot_audit", "run_audit"]
 
 #: The gates the audit table shows, in this order (the exclusion gates as one column).
@@ -62,6 +69,8 @@ class AuditDataset:
     cases: tuple[Case, ...]
     vectors: DenseSource | None
     config: GateConfig
+    #: SHA-256 over the chunks, callers, cases, gate config and vectors (:func:`dataset_digest`).
+    digest: str = ""
 
 
 #: Cases per kind on a BEIR collection: every positive, 20 of each negative kind.
@@ -92,26 +101,29 @@ def load_dataset(name: str, folder: str | Path) -> AuditDataset:
         config = load_gate_config(folder / "gate.json")
     visible = visible_chunks(chunks, callers, cases, config.eval_date())  # hidden chunks need no vector
     vectors = load_dense_source(vectors_path, visible, cases) if vectors_path is not None else None
-    return AuditDataset(name, chunks, callers, cases, vectors, config)
+    return AuditDataset(name, chunks, callers, cases, vectors, config,
+                        dataset_digest(chunks, callers, cases, config, vectors, visible))
 
 
-@dataclass(frozen=True)
-class AuditRow:
-    """One subject on one dataset: the status of each of :data:`AUDIT_GATES` and why a gate failed."""
+def dataset_digest(chunks: Sequence[PolicyChunk], callers: Sequence[Caller], cases: Sequence[Case], config: GateConfig,
+                   vectors: DenseSource | None, visible: Sequence[PolicyChunk]) -> str:
+    """SHA-256 of everything a gate run reads: the records, the config, the vectors' version and the visible
+    chunks' vectors and the cases' query vectors (what :mod:`labsrc.audit.rows` reuses a kept row by)."""
+    h = hashlib.sha256()
+    for part in (chunks, callers, cases):
+        h.update(repr(tuple(part)).encode("utf-8"))
+    h.update(json.dumps(config.to_dict(), sort_keys=True, default=str).encode("utf-8"))
+    if vectors is not None:
+        h.update(vectors.version.encode("utf-8"))
+        h.update(np.ascontiguousarray(vectors.document_matrix(visible), dtype=np.float64).tobytes())
+        for query in dict.fromkeys(c.query for c in cases):
+            h.update(np.ascontiguousarray(vectors.query_vector(query), dtype=np.float64).tobytes())
+    return h.hexdigest()
 
-    subject: str
-    dataset: str
-    statuses: Mapping[str, str]
-    why: Mapping[str, str]
-    exit_code: int
-    error: str | None = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "statuses", MappingProxyType(dict(self.statuses)))
-        object.__setattr__(self, "why", MappingProxyType(dict(self.why)))
-
-
-def _row(subject: str, dataset: str, run: GateRun) -> AuditRow:
+def audit_row(subject: str, dataset: str, run: GateRun, *, digest: str = "", description: str = "",
+              seconds: float | None = None) -> AuditRow:
+    """The table's row for one gate run: each of :data:`AUDIT_GATES`' status and the first finding of a failed one."""
     by_name = {g.name: g for g in run.gates}
     statuses, why = {}, {}
     recall = [g for g in run.gates if g.family == "recall" and g.name.endswith("hybrid")]
@@ -130,7 +142,8 @@ def _row(subject: str, dataset: str, run: GateRun) -> AuditRow:
     errors = by_name.get("search errors")
     if errors is not None:
         why["search errors"] = errors.findings[0]
-    return AuditRow(subject, dataset, statuses, why, 0 if run.passed else 1)
+    return AuditRow(subject, dataset, statuses, why, 0 if run.passed else 1, digest=digest, description=description,
+                    seconds=seconds)
 
 
 def _named(bars: Progress | None, what: str) -> Progress | None:
@@ -145,33 +158,68 @@ def run_audit(
     *,
     progress: Callable[[str], None] | None = None,
     bars: Progress | None = None,
+    rows_file: str | Path | None = None,
 ) -> list[AuditRow]:
     """Gate every subject on every dataset (latency not measured: the audit is about the boundary).
 
-    ``progress(what)`` hears which subject and dataset start; ``bars(phase, done, total)`` hears each
-    gate run's phases, named ``"<subject> on <dataset>: <phase>"`` (the CLI draws them as tqdm bars).
+    ``progress(what)`` hears which subject and dataset start (``"<subject> on <dataset>"``), or are reused; ``bars(phase, done, total)``
+    hears each gate run's phases, named ``"<subject> on <dataset>: <phase>"`` (the CLI draws them as
+    tqdm bars). With ``rows_file`` (JSON lines, :mod:`labsrc.audit.rows`), each finished row is kept
+    there at once, and a row the file already holds for the same subject, dataset content and lab
+    version is returned instead of run again; rows of other subjects and datasets stay in the file.
     """
     unknown = sorted(set(subjects) - set(SUBJECTS))
     if unknown:
         raise InvalidArgument(f"unknown audit subject(s) {unknown}; known: {list(SUBJECTS)}")
+    kept = load_rows(rows_file) if rows_file is not None and Path(rows_file).is_file() else []
     rows = []
     for name in subjects:
         subject: AuditSubject = SUBJECTS[name]
         for data in datasets:
+            reuse = next((r for r in kept if r.key() == (name, subject.description, data.name, data.digest,
+                                                          __version__)), None)
+            if reuse is not None:
+                if progress is not None:
+                    progress(f"{name} on {data.name}: the row kept in {rows_file}, not run again")
+                rows.append(reuse)
+                continue
             if progress is not None:
                 progress(f"{name} on {data.name}")
-            factory = None
-            try:
-                factory = subject.make(data.config)
-                run = gate_retriever(factory, data.chunks, data.callers, data.cases, data.vectors, data.config,
-                                     measure=False, label=name, progress=_named(bars, f"{name} on {data.name}"))
-                rows.append(_row(name, data.name, run))
-            except LabError as exc:
-                rows.append(AuditRow(name, data.name, dict.fromkeys(AUDIT_GATES, "ERROR"), {}, 2, error=str(exc)))
-            finally:
-                if factory is not None:
-                    close_subject(factory)
+            row = _audit_one(subject, data, bars)
+            rows.append(row)
+            if rows_file is not None:
+                kept = merge_rows(kept, row)
+                save_rows(kept, rows_file)
     return rows
+
+
+def _audit_one(subject: AuditSubject, data: AuditDataset, bars: Progress | None) -> AuditRow:
+    factory = None
+    started = time.perf_counter()
+    try:
+        factory = subject.make(data.config)
+        run = gate_retriever(factory, data.chunks, data.callers, data.cases, data.vectors, data.config,
+                             measure=False, label=subject.name, progress=_named(bars, f"{subject.name} on {data.name}"))
+        return audit_row(subject.name, data.name, run, digest=data.digest, description=subject.description,
+                         seconds=time.perf_counter() - started)
+    except LabError as exc:
+        return AuditRow(subject.name, data.name, dict.fromkeys(AUDIT_GATES, "ERROR"), {}, 2, error=str(exc),
+                        digest=data.digest, description=subject.description, seconds=time.perf_counter() - started)
+    finally:
+        if factory is not None:
+            close_subject(factory)
+
+
+def audit_cost(rows: Sequence[AuditRow]) -> str:
+    """One line: the wall time of the audit's gate runs, summed over its rows (kept rows count their own run),
+    and the longest row."""
+    timed = [r for r in rows if r.seconds is not None]
+    if not timed:
+        return f"{len(rows)} audit rows, none timed"
+    longest = max(timed, key=lambda r: (r.seconds, r.subject, r.dataset))
+    total = sum(r.seconds for r in timed)
+    return (f"{len(rows)} audit rows: {total:.0f} s of gate runs ({total / 60:.1f} min); "
+            f"longest {longest.subject} on {longest.dataset}, {longest.seconds:.0f} s")
 
 
 def audit_frame(rows: Sequence[AuditRow]) -> pd.DataFrame:

@@ -15,11 +15,12 @@ import json
 import sys
 from pathlib import Path
 
-from labsrc.audit import SUBJECTS, audit_frame, audit_markdown, load_dataset, plot_audit, run_audit
+from labsrc.audit import SUBJECTS, audit_cost, audit_frame, audit_markdown, load_dataset, plot_audit, run_audit
 from labsrc.cli.outputs import check_out_file
 from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.errors import InvalidArgument
+from labsrc.records.files import atomic_write_bytes
 
 __all__ = ["register", "run"]
 
@@ -40,19 +41,22 @@ def _datasets(values: list[str] | None) -> list[tuple[str, Path]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    for path, flag in ((args.json, "--json"), (args.markdown, "--markdown"), (args.plot, "--plot")):
+    for path, flag in ((args.json, "--json"), (args.markdown, "--markdown"), (args.plot, "--plot"), (args.rows, "--rows")):
         if path:
             check_out_file(path, flag)
     datasets = [load_dataset(name, folder) for name, folder in _datasets(args.data)]
-    progress = None if args.no_progress else (lambda what: print(f"auditing {what} ...", file=sys.stderr))
-    rows = run_audit(datasets, args.subjects or tuple(SUBJECTS), progress=progress, bars=make_progress(args.no_progress))
+    progress = None if args.no_progress else (lambda what: print(f"auditing {what}" + ("" if ":" in what else " ..."), file=sys.stderr))
+    rows = run_audit(datasets, args.subjects or tuple(SUBJECTS), progress=progress, bars=make_progress(args.no_progress),
+                     rows_file=args.rows)
     table = audit_markdown(rows)
     print(table, end="")
+    if not args.no_progress:
+        print(audit_cost(rows), file=sys.stderr)
     if args.markdown:
-        Path(args.markdown).write_text(table, encoding="utf-8")
+        atomic_write_bytes(args.markdown, table.encode("utf-8"))
     if args.json:
         records = audit_frame(rows).to_dict(orient="records")
-        Path(args.json).write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
+        atomic_write_bytes(args.json, (json.dumps(records, indent=1) + "\n").encode("utf-8"))
     if args.plot:
         from labsrc.reports.plots import save_figure
 
@@ -80,5 +84,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
     parser.add_argument("--json", metavar="FILE", help="also write the table as JSON records")
     parser.add_argument("--plot", metavar="PNG", help="also draw the table as a grid of statuses")
+    parser.add_argument("--rows", metavar="FILE",
+                        help="keep each finished row in FILE (JSON lines) as soon as it is done, and reuse the rows FILE "
+                             "already holds for the same subject, dataset content and lab version instead of running them "
+                             "again (resume an interrupted audit, or add subjects and datasets one run at a time)")
     parser.add_argument("--no-progress", action="store_true", help="do not print which subject is running")
     parser.set_defaults(func=run)
