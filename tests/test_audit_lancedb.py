@@ -141,3 +141,12 @@ def test_sixteen_threads_get_the_answers_one_gets(data: labsrc.Lesson) -> None:
     finally:
         built.close()
     assert any(alone) and together == alone
+
+
+def test_the_post_filter_subject_loses_permitted_rows_to_hidden_ones() -> None:
+    # where(..., prefilter=False): each leg takes its limit of the whole table, then the filter drops
+    # the hidden rows, so a build holding them answers with a short list.
+    row = audit_in_fresh_interpreter("lancedb-postfilter", "policies")
+    assert row.statuses["boundary on every returned id"] == "PASS"
+    assert row.statuses["noninterference by rebuild"] == row.statuses["noninterference by bait"] == "FAIL"
+    assert row.why["noninterference by rebuild"] == "case 'eu-exact-rpl14': hybrid: missing ['eu-refurb-tablet-rule'] (a short list)"

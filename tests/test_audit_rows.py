@@ -82,7 +82,8 @@ def test_each_row_is_kept_as_soon_as_it_is_done_and_reused_next_time(tmp_path, l
     again = run_audit([lesson_data], ["tantivy-filter"], progress=heard_again.append, rows_file=path)
     assert again[0].why["recall"] == "kept, not re-run"
     assert heard_again == [f"tantivy-filter on lesson: the row kept in {path}, not run again"]
-    assert [r.subject for r in load_rows(path)] == ["policy-retriever", "tantivy-filter"]  # the other row stays
+    # This run's row first, then the file's other rows: the control's row stays.
+    assert [r.subject for r in load_rows(path)] == ["tantivy-filter", "policy-retriever"]
 
 
 @pytest.mark.parametrize("stale", ["digest", "lab_version", "description"])
@@ -93,6 +94,17 @@ def test_a_kept_row_for_other_data_code_or_settings_is_run_again(tmp_path, lesso
     fresh = run_audit([lesson_data], ["policy-retriever"], rows_file=path)[0]
     assert "recall" not in fresh.why and getattr(fresh, stale) != "something else"
     assert load_rows(path) == [fresh]
+
+
+def test_an_error_row_is_tried_again(tmp_path, lesson_data) -> None:
+    # Kept when the extra was missing; once it is installed, the row runs.
+    path = tmp_path / "rows.jsonl"
+    kept = run_audit([lesson_data], ["policy-retriever"], rows_file=path)[0]
+    failed = dataclasses.replace(kept, statuses=dict.fromkeys(kept.statuses, "ERROR"), exit_code=2,
+                                 error="the audit extra is missing")
+    save_rows([failed], path)
+    again = run_audit([lesson_data], ["policy-retriever"], rows_file=path)[0]
+    assert again.error is None and set(again.statuses.values()) == {"PASS"}
 
 
 def test_the_digest_follows_the_dataset_content(lesson_data) -> None:

@@ -11,7 +11,8 @@ Its documentation's way to filter: plain SQL. The full-text lane is
 (DuckDB docs, "Vector Similarity Search Extension"; in memory no
 ``hnsw_enable_experimental_persistence`` is needed); score = 1 - distance.
 DuckDB fuses nothing itself, so the two lists, each fetched at depth ``top_k``,
-are fused with the lab's RRF (:func:`labsrc.fusion.rrf.fuse_ranked_ids`, k = 60).
+are fused with the lab's RRF (:func:`labsrc.fusion.rrf.fuse_ranked_ids`, k = 60);
+``search`` returns both lanes and the fused list, so the gate judges each lane.
 
 Measured with duckdb 1.5.5 (``tests/test_audit_duckdb.py``):
 
@@ -57,6 +58,7 @@ from labsrc.errors import MissingDependency
 from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k, fuse_ranked_ids
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import Caller, PolicyChunk
+from labsrc.retriever.policy import RetrievalResult
 
 __all__ = ["DuckDBHybrid", "load_extensions"]
 
@@ -93,6 +95,7 @@ class DuckDBHybrid:
         self.rrf_k = check_rrf_k(rrf_k)
         self.source = dense_source(vectors)
         self.size = len(chunks)
+        self._by_id = {c.chunk_id: c for c in chunks}
         self.dimension = 0
         self._lock = threading.Lock()
         self.con: Any = duckdb.connect(":memory:")
@@ -149,17 +152,25 @@ class DuckDBHybrid:
         pairs = [(str(i), 1.0 - float(d)) for i, d in rows if d is not None]
         return sorted(pairs, key=lambda p: (-p[1], p[0]))
 
-    def search(self, query: str, caller: Caller, on_date: dt.date, top_k: int) -> list[tuple[str, float]]:
-        if not self.size or not query.strip() or not caller.acl_tags:
-            return []
-        with self._lock:  # a cursor is created on the shared connection; each one then runs on its own
-            cursor = self.con.cursor()
-        try:
-            lanes = {"bm25": self.bm25(cursor, query, caller, on_date, top_k),
-                     "dense": self.dense(cursor, query, caller, on_date, top_k)}
-        finally:
-            cursor.close()
-        return fuse_ranked_ids(lanes, self.rrf_k)[:top_k]
+    def search(self, query: str, caller: Caller, on_date: dt.date, top_k: int) -> RetrievalResult:
+        """Both lanes and their fusion, as a :class:`~labsrc.retriever.policy.RetrievalResult`, so the gate
+        compares each lane (which one a hidden chunk moved) as well as the fused list."""
+        lanes: dict[str, list[tuple[str, float]]] = {"bm25": [], "dense": []}
+        if self.size and query.strip() and caller.acl_tags:
+            with self._lock:  # a cursor is created on the shared connection; each one then runs on its own
+                cursor = self.con.cursor()
+            try:
+                lanes = {"bm25": self.bm25(cursor, query, caller, on_date, top_k),
+                         "dense": self.dense(cursor, query, caller, on_date, top_k)}
+            finally:
+                cursor.close()
+        fused = fuse_ranked_ids(lanes, self.rrf_k)[:top_k]
+
+        def chunks(pairs: Sequence[tuple[str, float]]) -> list[tuple[PolicyChunk, float]]:
+            return [(self._by_id[i], s) for i, s in pairs]
+
+        return RetrievalResult.from_lanes(chunks(lanes["bm25"]), chunks(lanes["dense"]), chunks(fused),
+                                          versions=self.versions(on_date), query_kind="adhoc", timings_ms={})
 
     def versions(self, on_date: dt.date | None = None) -> dict[str, str]:
         return {"retriever": f"duckdb {self._duckdb.__version__} fts match_bm25 + vss hnsw cosine, "

@@ -67,10 +67,13 @@ def _duckdb(config: GateConfig) -> Any:
     return partial(DuckDBHybrid, rrf_k=config.rrf_k)
 
 
-def _lancedb(config: GateConfig) -> Any:
-    from labsrc.audit.lancedb_hybrid import LanceDBHybrid
+def _lancedb(prefilter: bool) -> Callable[[GateConfig], Any]:
+    def make(config: GateConfig) -> Any:
+        from labsrc.audit.lancedb_hybrid import LanceDBHybrid
 
-    return LanceDBHybrid
+        return partial(LanceDBHybrid, prefilter=prefilter)
+
+    return make
 
 
 def _milvus(config: GateConfig) -> Any:
@@ -103,10 +106,13 @@ SUBJECTS: Mapping[str, AuditSubject] = MappingProxyType({
                      "audit", _tantivy),
         AuditSubject("qdrant-filter", "Qdrant local mode, cosine, payload filter (region, tags, dates)",
                      "audit", _qdrant),
-        AuditSubject("duckdb-hybrid", "DuckDB fts match_bm25 + vss HNSW (cosine), boundary in WHERE, the lab's RRF",
+        AuditSubject("duckdb-hybrid", "DuckDB fts match_bm25 + vss HNSW (cosine), boundary in WHERE, the lab's RRF, "
+                     "both lanes reported",
                      "audit", _duckdb),
         AuditSubject("lancedb-hybrid", "LanceDB native FTS + vectors, query_type='hybrid', where(..., prefilter=True), "
-                     "RRFReranker", "audit", _lancedb),
+                     "RRFReranker", "audit", _lancedb(prefilter=True)),
+        AuditSubject("lancedb-postfilter", "LanceDB as lancedb-hybrid, where(..., prefilter=False): the post-filter "
+                     "its docs offer", "audit", _lancedb(prefilter=False)),
         AuditSubject("milvus-hybrid", "Milvus Lite BM25 function + dense FLAT cosine, hybrid_search with expr, RRFRanker(60)",
                      "audit", _milvus),
         AuditSubject("llamaindex-fusion", "LlamaIndex BM25Retriever + SimpleVectorStore with MetadataFilters, "

@@ -166,30 +166,33 @@ def run_audit(
     hears each gate run's phases, named ``"<subject> on <dataset>: <phase>"`` (the CLI draws them as
     tqdm bars). With ``rows_file`` (JSON lines, :mod:`labsrc.audit.rows`), each finished row is kept
     there at once, and a row the file already holds for the same subject, dataset content and lab
-    version is returned instead of run again; rows of other subjects and datasets stay in the file.
+    version is returned instead of run again (unless it is an ERROR row); rows of other subjects and
+    datasets stay in the file.
     """
     unknown = sorted(set(subjects) - set(SUBJECTS))
     if unknown:
         raise InvalidArgument(f"unknown audit subject(s) {unknown}; known: {list(SUBJECTS)}")
     kept = load_rows(rows_file) if rows_file is not None and Path(rows_file).is_file() else []
-    rows = []
+    rows: list[AuditRow] = []
     for name in subjects:
         subject: AuditSubject = SUBJECTS[name]
         for data in datasets:
-            reuse = next((r for r in kept if r.key() == (name, subject.description, data.name, data.digest,
-                                                          __version__)), None)
-            if reuse is not None:
+            # A row that could not run (an ERROR: a missing extra, a server that did not start) is tried again.
+            row = next((r for r in kept if r.error is None and r.key() == (name, subject.description, data.name,
+                                                                           data.digest, __version__)), None)
+            if row is not None:
                 if progress is not None:
                     progress(f"{name} on {data.name}: the row kept in {rows_file}, not run again")
-                rows.append(reuse)
-                continue
-            if progress is not None:
-                progress(f"{name} on {data.name}")
-            row = _audit_one(subject, data, bars)
+            else:
+                if progress is not None:
+                    progress(f"{name} on {data.name}")
+                row = _audit_one(subject, data, bars)
             rows.append(row)
             if rows_file is not None:
+                # This run's rows in its order, then the file's other rows: a finished audit reads top to bottom.
                 kept = merge_rows(kept, row)
-                save_rows(kept, rows_file)
+                done = {(r.subject, r.dataset) for r in rows}
+                save_rows(rows + [r for r in kept if (r.subject, r.dataset) not in done], rows_file)
     return rows
 
 
