@@ -44,7 +44,7 @@ def test_every_subject_on_every_dataset_in_the_registry_order(rows) -> None:
 def test_every_row_ran_and_the_controls_pass_every_gate(rows) -> None:
     assert [r for r in rows if r.error or "ERROR" in r.statuses.values()] == []
     for row in rows:
-        assert list(row.statuses) == list(AUDIT_GATES)
+        assert set(row.statuses) == set(AUDIT_GATES)
         if SUBJECTS[row.subject].control:
             assert set(row.statuses.values()) == {"PASS"} and row.exit_code == 0, row
 

@@ -7,6 +7,9 @@ import contextlib
 import dataclasses
 import io
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -119,6 +122,15 @@ def test_the_digest_follows_the_dataset_content(lesson_data) -> None:
 
     visible = visible_chunks(fewer.chunks, fewer.callers, fewer.cases, fewer.config.eval_date())
     assert dataset_digest(fewer.chunks, fewer.callers, fewer.cases, fewer.config, fewer.vectors, visible) != lesson_data.digest
+
+
+def test_the_digest_does_not_depend_on_the_hash_seed() -> None:
+    # A caller's tags are a frozenset, whose order follows PYTHONHASHSEED: the digest must not.
+    script = ("from labsrc.audit import load_dataset; from labsrc.datasets.lesson import fixtures_dir; "
+              "print(load_dataset('policies', fixtures_dir() / 'policies').digest)")
+    digests = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip() for seed in ("1", "2", "3")}
+    assert len(digests) == 1 and len(digests.pop()) == 64
 
 
 def test_audit_cost_sums_the_rows() -> None:

@@ -8,10 +8,12 @@ gate printed it. :func:`audit_frame`, :func:`audit_markdown` and
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -105,14 +107,31 @@ def load_dataset(name: str, folder: str | Path) -> AuditDataset:
                         dataset_digest(chunks, callers, cases, config, vectors, visible))
 
 
+def _canonical(value: Any) -> Any:
+    """``value`` as plain JSON data that does not depend on the process: sets sorted (a frozenset's order
+    follows ``PYTHONHASHSEED``), dataclasses as their fields, dates in ISO form."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted((_canonical(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, (dt.date, dt.datetime)):
+        return value.isoformat()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise InvalidArgument(f"cannot digest a {type(value).__name__}: {value!r}")
+
+
 def dataset_digest(chunks: Sequence[PolicyChunk], callers: Sequence[Caller], cases: Sequence[Case], config: GateConfig,
                    vectors: DenseSource | None, visible: Sequence[PolicyChunk]) -> str:
     """SHA-256 of everything a gate run reads: the records, the config, the vectors' version and the visible
     chunks' vectors and the cases' query vectors (what :mod:`labsrc.audit.rows` reuses a kept row by)."""
     h = hashlib.sha256()
-    for part in (chunks, callers, cases):
-        h.update(repr(tuple(part)).encode("utf-8"))
-    h.update(json.dumps(config.to_dict(), sort_keys=True, default=str).encode("utf-8"))
+    for part in (chunks, callers, cases, config):
+        h.update(json.dumps(_canonical(part), sort_keys=True, ensure_ascii=False).encode("utf-8"))
     if vectors is not None:
         h.update(vectors.version.encode("utf-8"))
         h.update(np.ascontiguousarray(vectors.document_matrix(visible), dtype=np.float64).tobytes())
