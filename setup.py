@@ -14,8 +14,9 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-#: The fixture folders the package reads by default (coursework stays in the repository).
-PACKAGED_FIXTURES = ("lesson", "policies", "needles")
+#: The fixture folders the package reads by default, and the recorded audit notebook 13 reads (coursework stays
+#: in the repository).
+PACKAGED_FIXTURES = ("lesson", "policies", "needles", "audit")
 
 
 class BuildPyWithFixtures(build_py):
