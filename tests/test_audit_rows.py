@@ -124,6 +124,22 @@ def test_the_digest_follows_the_dataset_content(lesson_data) -> None:
     assert dataset_digest(fewer.chunks, fewer.callers, fewer.cases, fewer.config, fewer.vectors, visible) != lesson_data.digest
 
 
+def test_the_digest_follows_the_evaluation_date_of_an_unpinned_config(lesson_data, monkeypatch) -> None:
+    # A config that pins no date is judged on today's: the same records on another day are another dataset.
+    import datetime as dt
+
+    from labsrc.audit import dataset_digest
+    from labsrc.gate.config import GateConfig
+
+    unpinned = dataclasses.replace(lesson_data.config, on_date=None)
+    args = (lesson_data.chunks, lesson_data.callers, lesson_data.cases, unpinned, None, lesson_data.chunks)
+    digests = []
+    for day in (dt.date(2026, 5, 1), dt.date(2026, 5, 2), dt.date(2026, 5, 1)):
+        monkeypatch.setattr(GateConfig, "eval_date", lambda self, day=day: day)
+        digests.append(dataset_digest(*args))
+    assert digests[0] != digests[1] and digests[0] == digests[2]
+
+
 def test_the_digest_does_not_depend_on_the_hash_seed() -> None:
     # A caller's tags are a frozenset, whose order follows PYTHONHASHSEED: the digest must not.
     script = ("from labsrc.audit import load_dataset; from labsrc.datasets.lesson import fixtures_dir; "

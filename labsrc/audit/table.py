@@ -127,10 +127,12 @@ def _canonical(value: Any) -> Any:
 
 def dataset_digest(chunks: Sequence[PolicyChunk], callers: Sequence[Caller], cases: Sequence[Case], config: GateConfig,
                    vectors: DenseSource | None, visible: Sequence[PolicyChunk]) -> str:
-    """SHA-256 of everything a gate run reads: the records, the config, the vectors' version and the visible
-    chunks' vectors and the cases' query vectors (what :mod:`labsrc.audit.rows` reuses a kept row by)."""
+    """SHA-256 of everything a gate run reads: the records, the config and its evaluation date, the vectors'
+    version, the visible chunks' vectors and the cases' query vectors (what :mod:`labsrc.audit.rows` reuses a
+    kept row by)."""
     h = hashlib.sha256()
-    for part in (chunks, callers, cases, config):
+    # The evaluation date too: a config that pins none is judged on today's date.
+    for part in (chunks, callers, cases, config, config.eval_date()):
         h.update(json.dumps(_canonical(part), sort_keys=True, ensure_ascii=False).encode("utf-8"))
     if vectors is not None:
         h.update(vectors.version.encode("utf-8"))
