@@ -124,3 +124,29 @@ def test_each_gate_run_reports_its_phases_under_its_subject_and_dataset(lesson_d
     # Each phase counts up to its total.
     assert all(0 < done <= total for _, done, total in heard)
     assert ("policy-retriever on lesson: cases", len(lesson_data.cases), len(lesson_data.cases)) in heard
+
+
+def test_a_subject_that_cannot_run_makes_the_audit_exit_2_naming_it(monkeypatch, tmp_path) -> None:
+    # Installed without the audit extra: the table still prints, with the row as ERROR, and the exit
+    # status says the audit is incomplete, in one line that names the subject and the extra.
+    import dataclasses
+
+    from labsrc.audit import table
+    from labsrc.errors import MissingDependency
+
+    def missing(config):
+        raise MissingDependency("the Qdrant subject needs the audit extra: pip install 'hybrid-retrieval-lab[audit]'")
+
+    patched = {**SUBJECTS, "qdrant-filter": dataclasses.replace(SUBJECTS["qdrant-filter"], make=missing)}
+    monkeypatch.setattr(table, "SUBJECTS", patched)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["audit", "--subjects", "policy-retriever", "qdrant-filter", "--data", f"lesson={fixtures_dir() / 'lesson'}",
+                     "--json", str(tmp_path / "audit.json"), "--no-progress"])
+    assert code == 2
+    assert [line.split(" | ")[0] for line in out.getvalue().splitlines()[2:]] == ["| policy-retriever", "| qdrant-filter"]
+    assert "| qdrant-filter | lesson | ERROR |" in out.getvalue()
+    lines = err.getvalue().strip().splitlines()
+    assert lines == ["labsrc: error: 1 of 2 audit rows could not run (qdrant-filter): the Qdrant subject needs the audit "
+                     "extra: pip install 'hybrid-retrieval-lab[audit]'"]
+    assert [r["subject"] for r in json.loads((tmp_path / "audit.json").read_text())] == ["policy-retriever", "qdrant-filter"]

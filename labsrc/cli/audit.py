@@ -5,7 +5,8 @@ lesson and the coursework's policy corpus (or ``--data`` folders: fixture folder
 BEIR collections under :mod:`labsrc.datasets.permissions`), and prints
 the audit table in Markdown: the table in the README and notebook 13 comes from
 this command. Exit status: 0 when the table was made (whatever it says), 2 on
-bad input or a missing extra.
+bad input, or when a subject could not run (a missing extra, a server that did not
+start: its rows say ERROR, and one line names the subjects and the first reason).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 from labsrc.audit import SUBJECTS, audit_cost, audit_frame, audit_markdown, load_dataset, plot_audit, run_audit
-from labsrc.cli.outputs import check_out_file
+from labsrc.cli.outputs import check_out_file, one_line
 from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.errors import InvalidArgument
@@ -61,6 +62,13 @@ def run(args: argparse.Namespace) -> int:
         from labsrc.reports.plots import save_figure
 
         save_figure(plot_audit(rows), args.plot)
+    failed = [r for r in rows if r.error]
+    if failed:
+        # The table is printed (and written) whole, ERROR rows included; the exit status says it is incomplete.
+        names = sorted({r.subject for r in failed})
+        print(f"labsrc: error: {len(failed)} of {len(rows)} audit rows could not run ({', '.join(names)}): "
+              f"{one_line(failed[0].error or '')}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -72,7 +80,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Gate each audited retriever on the lesson and the policy corpus (or --data folders) and print "
             "which gates each passes, with the first finding of each failed gate. Needs the audit and postgres "
-            "extras for every subject. Exit status: 0 the table was made, 2 bad input."
+            "extras for every subject. Exit status: 0 the table was made, 2 bad input or a subject that could not run "
+            "(a missing extra; the table is still printed)."
         ),
     )
     parser.add_argument("--subjects", nargs="+", choices=list(SUBJECTS), metavar="NAME",
