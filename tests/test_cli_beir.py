@@ -191,6 +191,8 @@ def test_a_real_sigint_in_a_beir_run_is_one_line_and_exit_130(tiny: Path):
 
     code = (
         "import os, signal, sys\n"
+        # As in a terminal: a job started in the background (CI runners, nohup ... &) inherits SIGINT ignored.
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from labsrc.cli import beir\n"
         "real = beir.run_benchmark\n"
         "def run(*a, **k):\n"

@@ -32,6 +32,8 @@ import labsrc
 from labsrc.engines import EmbeddedServer, PostgresRetriever
 
 mode, base = sys.argv[1], sys.argv[2]
+# Ctrl-C as in a terminal: a job started in the background (nohup ... &) inherits SIGINT ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 if mode == "sigint-during-start-up":
     import pgserver.postgres_server as ps
