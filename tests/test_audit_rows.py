@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from labsrc.audit import AuditRow, audit_cost, load_dataset, load_rows, merge_rows, run_audit, save_rows
+from labsrc.audit import AuditRow, audit_cost, load_dataset, load_rows, run_audit, save_rows
 from labsrc.cli.main import main
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.errors import InvalidRecord
@@ -37,17 +37,9 @@ def test_rows_round_trip_through_the_file(tmp_path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["rows.jsonl"]  # nothing left beside it
 
 
-def test_a_new_row_replaces_the_kept_one_in_place() -> None:
-    kept = [_row("a"), _row("b"), _row("a", dataset="policies")]
-    new = _row("b", seconds=9.0)
-    assert [(r.subject, r.dataset, r.seconds) for r in merge_rows(kept, new)] == [
-        ("a", "lesson", 1.5), ("b", "lesson", 9.0), ("a", "policies", 1.5)]
-    assert merge_rows(kept, _row("c"))[-1].subject == "c" and len(merge_rows(kept, _row("c"))) == 4
-
-
 @pytest.mark.parametrize(("line", "field", "value"), [
     ('{"subject": 3}', "subject", "3"),
-    ('not json', None, "not JSON"),
+    ('not json', None, "malformed JSON"),
     ('[1]', None, "JSON object"),
 ])
 def test_a_malformed_line_is_named_by_file_line_and_field(tmp_path, line, field, value) -> None:

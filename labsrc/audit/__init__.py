@@ -18,7 +18,7 @@ from labsrc.audit.milvus_hybrid import MilvusHybrid, boundary_expr
 from labsrc.audit.pgvector_hnsw import SharedServerFactory
 from labsrc.audit.plugin import load_factory, parse_spec
 from labsrc.audit.qdrant_filter import QdrantFilter
-from labsrc.audit.rows import ROW_STATUSES, AuditRow, load_rows, merge_rows, save_rows
+from labsrc.audit.rows import ROW_STATUSES, AuditRow, load_rows, save_rows
 from labsrc.audit.tantivy_filter import TantivyFilter
 from labsrc.audit.subjects import SUBJECTS, AuditSubject
 from labsrc.audit.table import (
@@ -69,7 +69,6 @@ __all__ = [
     "audit_row",
     "dataset_digest",
     "load_rows",
-    "merge_rows",
     "ROW_STATUSES",
     "save_rows",
     "load_dataset",

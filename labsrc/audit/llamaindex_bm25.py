@@ -131,15 +131,16 @@ class LlamaIndexHybrid:
         a team builds one per filter (its index and statistics are every node's either way). Its public
         ``similarity_top_k`` is set to each request's depth (at most the number of nodes, as bm25s requires)."""
         key = (caller.region, tuple(sorted(caller.acl_tags)), on_date.toordinal())
+        depth = min(top_k, len(self.nodes))
         if key not in self._retrievers:
             try:
                 self._retrievers[key] = self._li["BM25Retriever"].from_defaults(
-                    nodes=self.nodes, similarity_top_k=min(top_k, len(self.nodes)), filters=filters)
+                    nodes=self.nodes, similarity_top_k=depth, filters=filters)
             except ValueError:  # "All nodes were filtered out by the metadata filters"
                 self._retrievers[key] = None
         retriever = self._retrievers[key]
         if retriever is not None:
-            retriever.similarity_top_k = min(top_k, len(self.nodes))
+            retriever.similarity_top_k = depth
         return retriever
 
     def search(self, query: str, caller: Caller, on_date: dt.date, top_k: int) -> list[tuple[str, float]]:

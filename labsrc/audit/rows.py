@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -23,9 +23,10 @@ from typing import Any
 
 from labsrc.errors import InvalidRecord
 from labsrc.records.files import atomic_write_bytes
+from labsrc.records.loading import iter_jsonl
 from labsrc.version import __version__
 
-__all__ = ["ROW_STATUSES", "AuditRow", "load_rows", "merge_rows", "save_rows"]
+__all__ = ["ROW_STATUSES", "AuditRow", "load_rows", "save_rows"]
 
 #: What a gate column of the table can say.
 ROW_STATUSES = ("PASS", "FAIL", "NOT TESTED", "NOT RUN", "ERROR")
@@ -68,12 +69,10 @@ class AuditRow:
 _TEXT_FIELDS = ("subject", "dataset", "digest", "description", "lab_version")
 
 
-def _row(record: object, path: Path, line: int) -> AuditRow:
+def _row(record: dict[str, Any], path: Path, line: int) -> AuditRow:
     def bad(name: str, message: str) -> InvalidRecord:
         return InvalidRecord(message, path=path, line=line, field=name)
 
-    if not isinstance(record, dict):
-        raise InvalidRecord(f"expected a JSON object, got {type(record).__name__}", path=path, line=line)
     for name in _TEXT_FIELDS:
         if not isinstance(record.get(name), str):
             raise bad(name, f"must be a string, not {record.get(name)!r}")
@@ -102,20 +101,7 @@ def _row(record: object, path: Path, line: int) -> AuditRow:
 def load_rows(path: str | Path) -> list[AuditRow]:
     """The rows kept in ``path`` (JSON lines); a malformed line is an :class:`InvalidRecord` naming it."""
     path = Path(path)
-    rows = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidRecord(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=path) from None
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidRecord(f"not JSON: {exc.msg} (column {exc.colno})", path=path, line=number) from None
-        rows.append(_row(record, path, number))
-    return rows
+    return [_row(record, path, number) for number, record in iter_jsonl(path)]
 
 
 def save_rows(rows: Iterable[AuditRow], path: str | Path) -> Path:
@@ -123,11 +109,3 @@ def save_rows(rows: Iterable[AuditRow], path: str | Path) -> Path:
     text = "".join(json.dumps(r.to_dict(), ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
     return atomic_write_bytes(path, text.encode("utf-8"))
 
-
-def merge_rows(kept: Sequence[AuditRow], new: AuditRow) -> list[AuditRow]:
-    """``kept`` with ``new`` in place of any row for the same subject and dataset (else appended)."""
-    same = [(r.subject, r.dataset) == (new.subject, new.dataset) for r in kept]
-    if not any(same):
-        return [*kept, new]
-    first = same.index(True)
-    return [new if i == first else r for i, r in enumerate(kept) if i == first or not same[i]]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from labsrc.audit.rows import AuditRow, load_rows, merge_rows, save_rows
+from labsrc.audit.rows import AuditRow, load_rows, save_rows
 from labsrc.audit.subjects import SUBJECTS, AuditSubject
 from labsrc.datasets.beir import load_beir
 from labsrc.datasets.permissions import permissioned
@@ -211,7 +211,6 @@ def run_audit(
             rows.append(row)
             if rows_file is not None:
                 # This run's rows in its order, then the file's other rows: a finished audit reads top to bottom.
-                kept = merge_rows(kept, row)
                 done = {(r.subject, r.dataset) for r in rows}
                 save_rows(rows + [r for r in kept if (r.subject, r.dataset) not in done], rows_file)
     return rows

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         if path:
             check_out_file(path, flag)
     datasets = [load_dataset(name, folder) for name, folder in _datasets(args.data)]
-    progress = None if args.no_progress else (lambda what: print(f"auditing {what}" + ("" if ":" in what else " ..."), file=sys.stderr))
+    progress = None if args.no_progress else (lambda what: print(f"auditing {what} ...", file=sys.stderr))
     rows = run_audit(datasets, args.subjects or tuple(SUBJECTS), progress=progress, bars=make_progress(args.no_progress),
                      rows_file=args.rows)
     table = audit_markdown(rows)
