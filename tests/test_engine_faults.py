@@ -134,6 +134,64 @@ def test_the_timeouts_are_the_sessions_settings(engine, data):
         Timeouts(connect=1)
 
 
+def stop_server(embedded: EmbeddedServer) -> list:
+    """SIGSTOP the postmaster first (so it forks no new backend), then every process it had; returns them all."""
+    import psutil
+
+    postmaster = psutil.Process(int((embedded.data_directory / "postmaster.pid").read_text().split()[0]))
+    postmaster.suspend()
+    children = postmaster.children(recursive=True)
+    for proc in children:
+        proc.suspend()
+    return [postmaster, *children]
+
+
+def test_a_stopped_server_ends_in_flight_and_new_requests_within_the_request_deadline(data):
+    """SIGSTOP freezes every server process: no server-side timeout can fire, only the client's deadline."""
+    with PostgresRetriever(data.chunks, data.vectors, timeouts=FAST) as engine:  # its own embedded server
+        assert engine.search("RPL-14", data.luna, data.eval_date, 2).fused
+        frozen: list = []
+        outcome: dict = {}
+
+        def in_flight() -> None:
+            started = time.monotonic()
+            try:
+                with engine.store.request(data.luna, data.eval_date) as conn:
+                    conn.execute("SELECT pg_sleep(1)")
+            except labsrc.LabError as exc:
+                outcome["error"] = str(exc)
+            outcome["seconds"] = time.monotonic() - started
+
+        thread = threading.Thread(target=in_flight, daemon=True)
+        try:
+            thread.start()
+            time.sleep(0.3)  # inside pg_sleep
+            frozen = stop_server(engine.store.server)
+            thread.join(timeout=FAST.request + MARGIN_S)
+            started = time.monotonic()
+            with pytest.raises(labsrc.LabError) as caught:
+                engine.search("RPL-14", data.luna, data.eval_date, 2)
+            new_seconds = time.monotonic() - started
+            still_stopped = all(proc.status() == "stopped" for proc in frozen)
+        finally:
+            for proc in frozen:
+                proc.resume()
+        assert still_stopped  # so nothing but the client's own clock ended them
+        assert not thread.is_alive() and "request deadline (4 s" in outcome["error"], outcome
+        assert outcome["seconds"] < FAST.request + 10
+        message = one_line(caught.value)
+        assert engine.store.server_name in message and ("request deadline" in message or "connect timeout" in message)
+        assert new_seconds < FAST.request + FAST.connect + 10
+        for _ in range(3):  # the server runs again: the pool replaces the cut connections
+            try:
+                assert engine.search("RPL-14", data.luna, data.eval_date, 2).fused
+                break
+            except labsrc.LabError:
+                time.sleep(1)
+        else:
+            raise AssertionError("the engine never recovered after the server resumed")
+
+
 # --- errors -----------------------------------------------------------------------------------
 
 

@@ -52,6 +52,8 @@ from labsrc.engines.loading import (
 from labsrc.engines.pool import (
     DEFAULT_TIMEOUTS,
     Timeouts,
+    leftover_state,
+    reset_session,
 )
 from labsrc.engines.postgres import (
     DEFAULT_EF_SEARCH,
@@ -133,6 +135,8 @@ __all__ = [
     "RetrieverUnderTest",
     "StreamingReplica",
     "Timeouts",
+    "leftover_state",
+    "reset_session",
     "bm25_statistics",
     "check_caller_text",
     "create_indexes",

@@ -9,10 +9,30 @@ and runs in its own transaction on it, as psycopg's documentation shows::
     with pool.connection() as conn, conn.transaction():
         ...  # authorize, bm25, dense
 
-The transaction is read-only, so it writes nothing. When a connection returns
-to the pool, ``RESET ALL; DISCARD TEMP`` undoes any ``SET`` a buggy or injected
-statement made and drops any temporary table, so none of it reaches the next
-request on that connection.
+The transaction is read-only, so it writes nothing. A connection goes back to
+the pool exactly as it came, or not at all (:func:`leftover_state`). Session
+state that outlives a transaction is what a buggy or injected statement could
+leave for the next caller on the same connection:
+
+* a setting (``SET``, ``set_config``) could change a later plan or search
+  path: ``RESET ALL`` undoes it;
+* a temporary table, view or function shadows nothing (``pg_temp`` comes last
+  in the search path) but takes space: ``DISCARD TEMP`` drops it;
+* a prepared statement (``PREPARE``) could replace one of the engine's own and
+  change another caller's scores: the connection is closed;
+* a ``WITH HOLD`` cursor could hand one caller's rows to the next request: the
+  connection is closed;
+* a session advisory lock could spell ids into ``pg_locks`` for any session to
+  read: the connection is closed;
+* a ``LISTEN`` would receive notifications meant for someone else: the
+  connection is closed;
+* a ``SET ROLE`` survives ``RESET ALL``: the connection is closed.
+
+The engine itself leaves none of the closing kinds: its statements are
+prepared by psycopg through the protocol (``pg_prepared_statements.from_sql``
+is false, and SQL cannot make such a statement), so they survive and keep the
+next request cheap, as long as the server holds exactly the ones psycopg
+prepared. Anything else, and the pool replaces the session with a new one.
 
 Every reader session starts from :func:`reader_options`: the timeouts, the
 search path, read-only repeatable-read transactions and row security, sent in
@@ -31,7 +51,7 @@ from typing import Any
 
 from labsrc.errors import InvalidArgument
 
-__all__ = ["DEFAULT_TIMEOUTS", "Timeouts", "reader_options", "role_has_defaults"]
+__all__ = ["DEFAULT_TIMEOUTS", "LEFTOVER_STATE", "Timeouts", "leftover_state", "reader_options", "reset_session", "role_has_defaults"]
 
 # The pool logs each failed reconnection as a warning; the engine reports the failure itself, as one
 # LabError. A NullHandler keeps Python's last-resort handler from printing them when the application
@@ -46,6 +66,11 @@ class Timeouts:
     ``connect``: to open a session (libpq's ``connect_timeout``; PostgreSQL's minimum is 2 s) and to wait
     for a free pooled connection. ``statement``: for one SQL statement to finish (``statement_timeout``).
     ``lock``: for a lock another session holds, e.g. an owner's ``LOCK TABLE`` (``lock_timeout``).
+
+    The first three are enforced by the server. A server that does not run at all (stopped, frozen,
+    unreachable without a reset) enforces nothing, so a request also has a deadline in this process,
+    :attr:`request`: ``connect + statement`` seconds from the moment it has a connection
+    (:mod:`labsrc.engines.deadline`). Waiting for a connection is bounded by ``connect`` on top.
     """
 
     connect: float = 10.0
@@ -64,6 +89,11 @@ class Timeouts:
     def connect_s(self) -> int:
         """``connect_timeout`` as libpq takes it: whole seconds, rounded up."""
         return math.ceil(self.connect)
+
+    @property
+    def request(self) -> float:
+        """The client-side deadline of one request once it has a connection: ``connect + statement`` seconds."""
+        return self.connect + self.statement
 
     @staticmethod
     def ms(seconds: float) -> int:
@@ -99,3 +129,61 @@ def role_has_defaults(conn: Any) -> bool:
         "WHERE r.rolname = current_user)"
     ).fetchone()
     return bool(row[0])
+
+
+#: What a returned session still holds, by kind; each count must be 0 (catalog names qualified, so a
+#: temporary view named ``pg_cursors`` cannot answer instead).
+LEFTOVER_STATE = """
+SELECT (SELECT count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql),
+       (SELECT count(*) FROM pg_catalog.pg_prepared_statements WHERE NOT from_sql),
+       (SELECT count(*) FROM pg_catalog.pg_cursors WHERE name <> ''),  -- '': this very query's portal
+       (SELECT count(*) FROM pg_catalog.pg_locks WHERE pid = pg_catalog.pg_backend_pid() AND locktype = 'advisory'),
+       (SELECT count(*) FROM pg_catalog.pg_listening_channels()),
+       current_user <> session_user
+"""
+
+
+def _driver_prepared(conn: Any) -> int | None:
+    """How many statements psycopg prepared on ``conn`` (its cache), or None if this psycopg does not say."""
+    names = getattr(getattr(conn, "_prepared", None), "_names", None)
+    return len(names) if isinstance(names, dict) else None
+
+
+def leftover_state(conn: Any) -> list[str]:
+    """What ``conn``'s session holds that must not reach another request (empty: nothing).
+
+    Run between requests, outside any transaction. A prepared statement counts when SQL made it
+    (``PREPARE``), or when the protocol-level ones differ in number from psycopg's cache (one was
+    deallocated or replaced); held cursors, session advisory locks, ``LISTEN`` channels and a role other
+    than the session's own count always.
+    """
+    sql_prepared, protocol_prepared, cursors, locks, channels, other_role = conn.execute(LEFTOVER_STATE).fetchone()
+    found = []
+    expected = _driver_prepared(conn)
+    if sql_prepared:
+        found.append(f"{sql_prepared} statement(s) made with PREPARE")
+    if expected is not None and protocol_prepared != expected:
+        found.append(f"{protocol_prepared} protocol-prepared statement(s) where psycopg prepared {expected}")
+    if cursors:
+        found.append(f"{cursors} open cursor(s)")
+    if locks:
+        found.append(f"{locks} advisory lock(s)")
+    if channels:
+        found.append(f"{channels} LISTEN channel(s)")
+    if other_role:
+        found.append("a SET ROLE")
+    return found
+
+
+def reset_session(conn: Any) -> list[str]:
+    """Put a returned connection back as it came: reset settings and drop temporary objects, then report
+    whatever else the session still holds (:func:`leftover_state`); the caller closes it if that is not empty.
+
+    ``RESET ALL`` restores every setting to the session's start-up value (the options of
+    :func:`reader_options`), ``DISCARD TEMP`` drops temporary tables, views and functions. Not
+    ``DISCARD ALL``: it would also drop the engine's own prepared statements, which make the next request
+    on this connection cheaper, and could not drop a ``SET ROLE`` or a lock held for someone else to see
+    before it had happened.
+    """
+    conn.execute("RESET ALL; DISCARD TEMP")
+    return leftover_state(conn)

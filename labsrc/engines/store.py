@@ -23,10 +23,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from labsrc.engines.authorize import RequestSigner
+from labsrc.engines.deadline import watch
 from labsrc.engines.errors import driver_errors, first_line, server_name
 from labsrc.engines.groups import create_group_triggers, fill_group_stats
 from labsrc.engines.loading import LoadStats, document_vectors, load_corpus
-from labsrc.engines.pool import DEFAULT_TIMEOUTS, Timeouts, reader_options, role_has_defaults
+from labsrc.engines.pool import DEFAULT_TIMEOUTS, Timeouts, reader_options, reset_session, role_has_defaults
 from labsrc.engines.schema import (
     INDEX_BUILD_MEMORY,
     create_indexes,
@@ -97,6 +98,9 @@ class PostgresStore:
         self._signer = RequestSigner()
         self._admin_lock = threading.Lock()
         self.hnsw: dict[str, int] | None = None
+        #: Pooled sessions closed because a request left state on them (:meth:`_reset`).
+        self.discarded_sessions = 0
+        self._count_lock = threading.Lock()
         try:
             self.admin = self._psycopg.connect(self.dsn, autocommit=True, connect_timeout=timeouts.connect_s)
         except (self._psycopg.Error, UnicodeError) as exc:
@@ -160,7 +164,9 @@ class PostgresStore:
 
     def _configure(self, conn: Any) -> None:
         """A new reader session: refuse it (and wipe the defaults) if the role has set itself defaults."""
-        if role_has_defaults(conn):
+        with watch(conn, self.timeouts.statement):
+            has_defaults = role_has_defaults(conn)
+        if has_defaults:
             with self._admin_lock:
                 reset_role_settings(self.admin, self.role)
             raise LabError(f"reader role {self.role} had set itself session defaults; removed, reconnecting")
@@ -168,13 +174,16 @@ class PostgresStore:
         conn.read_only = True
 
     def _reset(self, conn: Any) -> None:
-        """A connection back from a request: nothing it set or created reaches the next request.
-
-        ``RESET ALL`` restores every setting to the session's start-up value, ``DISCARD TEMP`` drops
-        temporary tables. Not ``DISCARD ALL``: it would also drop the prepared statements and cached
-        plans that make the next request on this connection cheaper.
+        """A connection back from a request: nothing it set, created, prepared, held or listened to reaches the
+        next request. Settings and temporary objects are undone; anything else closes the connection (the pool
+        discards a connection whose reset raises, and opens a new session in its place).
         """
-        conn.execute("RESET ALL; DISCARD TEMP")
+        with watch(conn, self.timeouts.statement):
+            leftovers = reset_session(conn)
+        if leftovers:
+            with self._count_lock:
+                self.discarded_sessions += 1
+            raise LabError(f"a request left {', '.join(leftovers)} on its session; closing it")
 
     def _open_pool(self) -> Any:
         pool = self._pool_module.ConnectionPool(
@@ -224,9 +233,24 @@ class PostgresStore:
             raise LabError("this PostgreSQL store is closed")
         with driver_errors(self.server_name, self.timeouts):
             with self.pool.connection(timeout=self.timeouts.connect) as conn:
-                with conn.transaction():
-                    self._signer.authorize(conn, caller, on_date)
-                    yield conn
+                with self._deadline(conn, self.timeouts.request):
+                    with conn.transaction():
+                        self._signer.authorize(conn, caller, on_date)
+                        yield conn
+
+    @contextmanager
+    def _deadline(self, conn: Any, seconds: float) -> Iterator[None]:
+        """Cut ``conn`` if the block outlasts ``seconds`` (:mod:`labsrc.engines.deadline`), and say so in one line."""
+        with watch(conn, seconds) as deadline:
+            try:
+                yield
+            except self._psycopg.Error as exc:
+                if deadline.expired:
+                    raise LabError(
+                        f"PostgreSQL at {self.server_name} did not answer within the request deadline ({seconds:g} s = "
+                        f"connect + statement timeout); the server may be stopped or overloaded: {first_line(exc)}"
+                    ) from exc
+                raise
 
     def connect_as(self, caller: Caller, on_date: dt.date) -> Any:
         """A new reader-role connection (not pooled) inside a transaction authorized for ``caller`` on ``on_date``.
