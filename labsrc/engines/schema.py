@@ -8,7 +8,7 @@ caller's rows and not the others':
 * ``lab_postings``: one row per (term, chunk) with the term frequency and,
   copied from the chunk, the length and the boundary columns; its key leads
   with region and tag, so a term's postings are read for the caller's region
-  and tags only;
+  and tags only, and keys the date window too;
 * ``lab_vectors``: the dense lane's narrow table, the boundary columns and
   one float32 ``vector(d)`` kept in the row, loaded in boundary order, so
   the exact scan reads the pages of the caller's region and tags, not a
@@ -35,6 +35,11 @@ this transaction (:mod:`labsrc.engines.authorize`) with a key kept in
 copied or expired token yields no claims, and no claims match no row, so a
 session that is not authorized sees an empty corpus (fail closed). Each claim is
 read once per statement, in a scalar subquery (an *InitPlan*), not once per row.
+
+Every B-tree index on these tables keys region, tag and the date window, so each
+condition of the policy is an index condition: a scan never fetches a hidden row,
+and ``EXPLAIN (ANALYZE)`` has no hidden row to count (no index on ``chunk_id`` or
+``term`` alone, which would let the reader test each one for existence).
 
 The retriever queries as a dedicated role that may log in, ``SELECT`` from the
 four tables and call ``lab_request()``, and nothing else: not the owner, not a
@@ -74,12 +79,26 @@ __all__ = [
 ]
 
 #: The evidence boundary as a row-security predicate (region, ACL tag, effective window), over the verified claims.
+#:
+#: Every condition costs the planner one operator, so a scan evaluates all of them before any predicate of the
+#: reader's own (those sort after them): which claim subqueries ran then depends on visible rows only, and
+#: EXPLAIN (ANALYZE) cannot show whether a row the reader named exists among the hidden ones. Region and tag
+#: are checked twice for that reason: first in forms that cost one operator and keep their place at the front
+#: (``IS NOT DISTINCT FROM``, ``ARRAY[acl_tag] <@ tags``), then in the forms an index scan is keyed on
+#: (``region = ...``, which the planner moves to the end with its equivalence classes, and ``acl_tag = ANY
+#: (tags)``, which it costs as several operators).
 BOUNDARY_POLICY = """
-    region = (SELECT (lab_request()).region)
-    AND acl_tag = ANY (CAST((SELECT (lab_request()).acl_tags) AS text[]))
+    region IS NOT DISTINCT FROM (SELECT (lab_request()).region)
+    AND ARRAY[acl_tag] <@ CAST((SELECT (lab_request()).acl_tags) AS text[])
     AND effective_from <= (SELECT (lab_request()).on_date)
-    AND (effective_to IS NULL OR (SELECT (lab_request()).on_date) <= effective_to)
+    AND COALESCE(effective_to, 'infinity'::date) >= (SELECT (lab_request()).on_date)
+    AND region = (SELECT (lab_request()).region)
+    AND acl_tag = ANY (CAST((SELECT (lab_request()).acl_tags) AS text[]))
 """
+
+#: The date window's end as every boundary index keys it (NULL, still in force, sorts as infinity), written
+#: exactly as in :data:`BOUNDARY_POLICY` so the planner matches the two.
+WINDOW_END = "(COALESCE(effective_to, 'infinity'::date))"
 
 #: ``lab_request()``: the claims of a token signed for this session and transaction, or NULL (no rows).
 #: It runs as its owner (``SECURITY DEFINER``) with a fixed search_path, so the reader's settings cannot
@@ -166,20 +185,27 @@ CREATE TABLE {schema}.lab_postings (
 """
 
 # Built after the bulk load (faster than maintaining them row by row during COPY).
+#
+# Every index on a table the reader reads leads with region and tag and keys the date window too, so every
+# condition of BOUNDARY_POLICY is an *index* condition of any scan of it. A scan then never fetches a row the
+# caller may not see, and EXPLAIN (ANALYZE) has none to count: a reader who steers a scan with its own
+# predicates (an id, a term, a range) and reads "Rows Removed by Filter" learns nothing about hidden rows,
+# where an index keyed on chunk_id or term alone would let it test each id or term for existence
+# (tests/test_engine_enumeration.py runs that attack). chunk_id is unique in the corpus (the loader checks);
+# the database keys it within the boundary only.
 _INDEXES = (
-    "ALTER TABLE {schema}.lab_chunks ADD PRIMARY KEY (chunk_id)",
+    # A chunk by id (the dense lane's rescoring join), and a caller's rows for counts: region, tag, id, window.
+    "CREATE UNIQUE INDEX lab_chunks_key ON {schema}.lab_chunks (region, acl_tag, chunk_id, effective_from, "
+    + WINDOW_END + ") INCLUDE (doc_len, effective_to)",
     # Covering: a term's postings, with everything the policy and the score read, from the index alone.
     # Region and tag lead the key, so the policy's equality conditions bound the scan: a request reads the
     # postings of its own region and tags only, and a term that only hidden chunks hold costs no more
-    # than an absent one (the README's threat model measures it). Only the date window is a filter.
-    "ALTER TABLE {schema}.lab_postings ADD PRIMARY KEY (region, acl_tag, term, chunk_id)"
-    " INCLUDE (tf, doc_len, effective_from, effective_to)",
-    # Covering the boundary columns and the length: a reader's count or sum over lab_chunks is an index-only
-    # scan of its own region and tags (tests/test_engine_boundary.py times hidden terms against absent ones).
-    "CREATE INDEX lab_chunks_boundary ON {schema}.lab_chunks (region, acl_tag, effective_from)"
-    " INCLUDE (effective_to, doc_len, chunk_id)",
+    # than an absent one (the README's threat model measures it). The window is checked inside the index.
+    "CREATE UNIQUE INDEX lab_postings_key ON {schema}.lab_postings (region, acl_tag, term, effective_from, "
+    + WINDOW_END + ", chunk_id) INCLUDE (tf, doc_len, effective_to)",
     # The exact dense scan reads the caller's region and tags only (a bitmap scan over contiguous pages).
-    "CREATE INDEX lab_vectors_boundary ON {schema}.lab_vectors (region, acl_tag, effective_from) INCLUDE (effective_to)",
+    "CREATE INDEX lab_vectors_boundary ON {schema}.lab_vectors (region, acl_tag, effective_from, "
+    + WINDOW_END + ") INCLUDE (effective_to)",
 )
 
 #: ``maintenance_work_mem`` while indexes are built: the postings key sorts millions of rows, and the HNSW
