@@ -244,6 +244,34 @@ def test_a_nul_in_a_callers_region_is_refused(engine, data):
     one_line(caught.value)
 
 
+def test_a_query_over_the_limit_is_refused_before_it_is_sent_as_in_memory(engine, data):
+    query = "refund " * 600_000  # 4.2 MB, 600k terms: the server once spent 4 s on it
+    started = time.monotonic()
+    with pytest.raises(labsrc.InvalidArgument, match="limit is 100,000") as caught:
+        engine.search(query, data.luna, data.eval_date, 2)
+    assert time.monotonic() - started < 1.0  # refused at once, not analysed, nothing sent
+    with pytest.raises(labsrc.InvalidArgument) as in_memory:
+        labsrc.PolicyRetriever(data.chunks, data.vectors).search(query, data.luna, data.eval_date, 2)
+    assert one_line(caught.value) == one_line(in_memory.value)
+    assert engine.with_dense("exact").max_query_chars == 100_000
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "password=s3cret-pw bogus",
+        "postgresql://bob:s3cret pw@h/db",
+        "host=x password='s3cret pw' user",
+        "postgresql://bob:s3cret-pw@127.0.0.1:1/db",
+    ],
+)
+def test_a_dsns_password_never_appears_in_the_error(data, dsn):
+    with pytest.raises(labsrc.LabError) as caught:
+        PostgresRetriever(data.chunks, data.vectors, dsn=dsn, timeouts=FAST)
+    message = one_line(caught.value)
+    assert "s3cret" not in message and "cannot connect to PostgreSQL" in message
+
+
 def test_a_dsn_that_is_not_one_is_refused_naming_it(data):
     with pytest.raises(labsrc.InvalidArgument) as caught:
         PostgresRetriever(data.chunks, data.vectors, dsn="this is not a dsn")

@@ -17,6 +17,7 @@ The CLI maps every :class:`~labsrc.errors.LabError` to exit status 2 and prints 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -26,7 +27,11 @@ from labsrc.errors import InvalidArgument, LabError
 if TYPE_CHECKING:
     from labsrc.engines.pool import Timeouts
 
-__all__ = ["check_storable", "driver_errors", "first_line", "server_name", "translate"]
+__all__ = ["check_storable", "driver_errors", "first_line", "hide_password", "server_name", "translate"]
+
+# A password in a URL (``scheme://user:PASSWORD@host``) or a key/value DSN (``password=PASSWORD``, maybe quoted).
+_URL_PASSWORD = re.compile(r"://[^:/@\s]*:([^@]*)@")
+_KEYWORD_PASSWORD = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 
 def check_storable(value: str, what: str) -> None:
@@ -53,14 +58,26 @@ def first_line(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def hide_password(text: str, dsn: str) -> str:
+    """``text`` with every password written in ``dsn`` replaced by ``***`` (a driver's message may quote the DSN,
+    or the part of it that it could not parse)."""
+    secrets = set()
+    for match in (*_URL_PASSWORD.finditer(dsn), *_KEYWORD_PASSWORD.finditer(dsn)):
+        value = match.group(1)
+        secrets.update({value, value.strip("'")})
+    for secret in sorted((v for v in secrets if v), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
 def server_name(dsn: str) -> str:
     """Where a DSN points, without its password: ``host:port/dbname`` or ``socket DIR, database DB``."""
     try:
         from psycopg.conninfo import conninfo_to_dict
 
         params = conninfo_to_dict(dsn)
-    except Exception:  # not a DSN at all: say so with its text (there is no password to hide in it)
-        return repr(dsn[:80])
+    except Exception:  # not a DSN at all: say so with its text, any password in it hidden
+        return repr(hide_password(dsn[:80], dsn))
     host = str(params.get("host") or params.get("hostaddr") or "localhost")
     port = str(params.get("port") or "5432")
     database = str(params.get("dbname") or params.get("user") or "")

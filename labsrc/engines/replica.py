@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labsrc.engines.errors import first_line, server_name
+from labsrc.engines.errors import first_line, hide_password, server_name
 from labsrc.engines.server import (
     EmbeddedServer,
     _finish_reaper,
@@ -187,7 +187,7 @@ class StreamingReplica:
         try:
             return self._psycopg.connect(dsn, autocommit=True, connect_timeout=10)
         except self._psycopg.Error as exc:
-            raise LabError(f"cannot connect to the {which} at {server_name(dsn)}: {first_line(exc)}") from exc
+            raise LabError(f"cannot connect to the {which} at {server_name(dsn)}: {hide_password(first_line(exc), dsn)}") from exc
 
     def _primary(self) -> Any:
         return self._open(self.primary_dsn, "primary")

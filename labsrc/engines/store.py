@@ -24,7 +24,7 @@ from typing import Any
 
 from labsrc.engines.authorize import RequestSigner
 from labsrc.engines.deadline import watch
-from labsrc.engines.errors import driver_errors, first_line, server_name
+from labsrc.engines.errors import driver_errors, first_line, hide_password, server_name
 from labsrc.engines.groups import create_group_triggers, fill_group_stats
 from labsrc.engines.loading import LoadStats, document_vectors, load_corpus
 from labsrc.engines.pool import DEFAULT_TIMEOUTS, Timeouts, reader_options, reset_session, role_has_defaults
@@ -107,7 +107,7 @@ class PostgresStore:
             self._stop_server()
             raise InvalidArgument(
                 f"cannot connect to PostgreSQL at {self.server_name} (connect timeout {timeouts.connect:g} s): "
-                f"{first_line(exc)}"
+                f"{hide_password(first_line(exc), self.dsn)}"
             ) from exc
         except BaseException:
             self._stop_server()
