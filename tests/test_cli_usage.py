@@ -26,7 +26,7 @@ def test_the_readme_usage_lines_match_the_parsers():
 
 def test_every_command_has_a_usage_line_and_a_block_shows_it():
     table = usage_table()
-    assert list(table) == ["report", "gate", "audit", "search", "beir", "data fetch", "embed", "rubric", "--version"]
+    assert list(table) == ["report", "gate", "audit", "search", "beir", "data fetch", "embed", "rubric", "engines clean", "--version"]
     text = README.read_text(encoding="utf-8")
     for usage in table.values():
         assert usage in text

@@ -6,7 +6,6 @@ shapes in labsrc.course.answers. One test per mistake, named after it.
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import shutil
 from pathlib import Path

@@ -10,12 +10,14 @@ close(). While it exists the data directory is readable by its owner only.
 
 from __future__ import annotations
 
+import queue
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -84,13 +86,22 @@ def base():
 
 def run_child(mode: str, base: Path) -> subprocess.Popen:
     base.mkdir()
-    return subprocess.Popen(
+    child = subprocess.Popen(
         [sys.executable, "-c", CHILD, mode, str(base)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in child.stdout], daemon=True).start()
+    child.lines = lines  # type: ignore[attr-defined]
+    return child
 
 
 def wait_for_line(child: subprocess.Popen, prefix: str) -> str:
-    line = child.stdout.readline()
+    """The child's next line, within WAIT_S: a child that hangs (or never prints) fails the test, never hangs it."""
+    try:
+        line = child.lines.get(timeout=WAIT_S)  # type: ignore[attr-defined]
+    except queue.Empty:
+        child.kill()
+        pytest.fail(f"no {prefix!r} line within {WAIT_S:g} s; the child said: {child.communicate(timeout=WAIT_S)[1][-3000:]}")
     if not line.startswith(prefix):
         child.kill()
         pytest.fail(f"expected {prefix!r}, got {line!r}; the child said: {child.communicate(timeout=WAIT_S)[1][-3000:]}")

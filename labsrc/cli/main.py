@@ -21,6 +21,7 @@ from typing import NoReturn
 
 from labsrc.cli import audit as cli_audit
 from labsrc.cli import beir as cli_beir
+from labsrc.cli import clean as cli_clean
 from labsrc.cli import data as cli_data
 from labsrc.cli import embed as cli_embed
 from labsrc.cli import gate as cli_gate
@@ -35,7 +36,7 @@ from labsrc.version import __version__
 __all__ = ["build_parser", "main"]
 
 #: Subcommand modules, in the order ``--help`` lists them.
-COMMANDS = (cli_report, cli_gate, cli_audit, cli_search, cli_beir, cli_data, cli_embed, cli_rubric)
+COMMANDS = (cli_report, cli_gate, cli_audit, cli_search, cli_beir, cli_data, cli_embed, cli_rubric, cli_clean)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -49,6 +49,16 @@ from labsrc.engines.loading import (
     load_corpus,
     vector_binary,
 )
+from labsrc.engines.orphans import (
+    LOCK_CLASS,
+    MARKER_PREFIX,
+    drop_orphans,
+    find_orphans,
+    is_store_schema,
+    lock_key,
+    mark_owned,
+    reader_role,
+)
 from labsrc.engines.pool import (
     DEFAULT_TIMEOUTS,
     Timeouts,
@@ -96,6 +106,10 @@ from labsrc.engines.server import (
     require_psycopg_pool,
     server_versions,
 )
+from labsrc.engines.socket_dir import (
+    make_socket_directory,
+    socket_path_fits,
+)
 from labsrc.engines.store import (
     PostgresStore,
 )
@@ -136,6 +150,16 @@ __all__ = [
     "StreamingReplica",
     "Timeouts",
     "leftover_state",
+    "LOCK_CLASS",
+    "MARKER_PREFIX",
+    "drop_orphans",
+    "find_orphans",
+    "is_store_schema",
+    "lock_key",
+    "mark_owned",
+    "reader_role",
+    "make_socket_directory",
+    "socket_path_fits",
     "reset_session",
     "bm25_statistics",
     "check_caller_text",

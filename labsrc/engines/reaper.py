@@ -9,10 +9,12 @@ its own process (in its own session, so a terminal's Ctrl-C does not reach it)
 with a pipe from the parent on its standard input. It waits for the pipe to
 close, which happens however the parent ends (``stop()``, exit, a signal, a
 crash), then stops every PostgreSQL process serving the directory (fast
-shutdown, then ``SIGKILL``) and deletes the directory. ``stop()`` closes the
-pipe itself and waits for the reaper, so when it returns the directory is gone.
+shutdown, then ``SIGKILL``) and deletes the directory, and any further
+directories it was given: the server's socket directory, when that had to live
+elsewhere (:mod:`labsrc.engines.socket_dir`). ``stop()`` closes the pipe itself
+and waits for the reaper, so when it returns the directories are gone.
 
-Run as ``python -m labsrc.engines.reaper DIRECTORY``.
+Run as ``python -m labsrc.engines.reaper DIRECTORY [ALSO ...]``.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ def _server_processes(directory: Path) -> list:
     return found
 
 
-def reap(directory: str | Path) -> None:
-    """Stop whatever PostgreSQL serves ``directory/pgdata`` and delete ``directory`` (idempotent)."""
+def reap(directory: str | Path, *also: str | Path) -> None:
+    """Stop whatever PostgreSQL serves ``directory/pgdata``, then delete ``directory`` and ``also`` (idempotent)."""
     import psutil
 
     directory = Path(directory)
@@ -71,16 +73,18 @@ def reap(directory: str | Path) -> None:
         except psutil.Error:
             pass
     psutil.wait_procs(alive, timeout=SHUTDOWN_GRACE_S)
+    paths = [directory, *map(Path, also)]
     for _ in range(20):  # a dying backend may still create a file; try again briefly
-        shutil.rmtree(directory, ignore_errors=True)
-        if not directory.exists():
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
+        if not any(path.exists() for path in paths):
             return
         time.sleep(0.1)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m labsrc.engines.reaper DIRECTORY", file=sys.stderr)
+    if not argv:
+        print("usage: python -m labsrc.engines.reaper DIRECTORY [ALSO ...]", file=sys.stderr)
         return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the pipe closing ends the wait
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -88,7 +92,7 @@ def main(argv: list[str]) -> int:
         while sys.stdin.buffer.read(4096):
             pass
     finally:
-        reap(argv[0])
+        reap(*argv)
     return 0
 
 

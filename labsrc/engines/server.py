@@ -12,23 +12,35 @@ reaper process (:mod:`labsrc.engines.reaper`) deletes it however the Python
 process ends: ``stop()``, interpreter exit, ``SIGINT`` during start-up,
 ``SIGTERM``, even ``SIGKILL``.
 
+The server trusts local connections, so its Unix socket is a superuser's door.
+It lives in a directory the lab makes, mode 0700, owned by the server's user
+(:mod:`labsrc.engines.socket_dir`), never in the one pgserver would pick (which
+can be world-writable, and outlives the server); the reaper deletes it too.
+pgserver's lock file in ``$XDG_RUNTIME_DIR`` is not used either: each data
+directory is private to one :class:`EmbeddedServer`, so a lock in this process
+is enough, and nothing is left in the runtime directory.
+
 The packages are the ``postgres`` extra and are imported only when an engine
 is used, so ``import labsrc`` never needs them.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from labsrc.engines.socket_dir import make_socket_directory
 from labsrc.errors import LabError, MissingDependency
 
 __all__ = [
@@ -42,6 +54,9 @@ __all__ = [
 
 #: The command that installs the engine's dependencies (named in every error about them).
 INSTALL_POSTGRES = "pip install 'hybrid-retrieval-lab[postgres]'"
+
+#: How long the server may take to say "ready" in ``postmaster.pid`` once ``pg_ctl -w start`` returned.
+READY_TIMEOUT_S = 30.0
 
 
 def _import(name: str, purpose: str) -> ModuleType:
@@ -81,17 +96,23 @@ class EmbeddedServer:
     Starting takes about a second. The server listens on a Unix socket only
     (no TCP port), trusts local connections, and is stopped and deleted by
     :meth:`stop`, or by its reaper process if this process ends any other way.
-    The data directory is mode 0700 (PostgreSQL's ``initdb`` requires it).
+    The data directory is mode 0700 (PostgreSQL's ``initdb`` requires it), and
+    so is the socket's directory (:attr:`socket_directory`), which only the
+    server's user can open: ``directory/labsrc-pg-*/socket``, or a
+    ``/tmp/labsrc-pgs-*`` of its own when that path is too long for a socket.
     """
 
     def __init__(self, directory: str | Path | None = None) -> None:
-        pgserver = _import("pgserver", "the embedded PostgreSQL server")
+        _import("pgserver", "the embedded PostgreSQL server")
         self._server = None
         self._tmp = Path(tempfile.mkdtemp(prefix="labsrc-pg-", dir=directory))  # mode 0700
+        self._socket: Path | None = None
         self._reaper: subprocess.Popen | None = None
         try:
-            self._reaper = _start_reaper(self._tmp)
-            self._server = pgserver.get_server(self._tmp / "pgdata", cleanup_mode="delete")
+            self._socket = make_socket_directory(self._tmp)
+            # Both directories before the server: the reaper deletes them however this process ends.
+            self._reaper = _start_reaper(self._tmp, self._socket)
+            self._server = _private_server_class()(self._tmp / "pgdata", self._socket)
             self.dsn: str = self._server.get_uri()
         except Exception as exc:  # pgserver raises CalledProcessError, TimeoutExpired, AssertionError...
             self.stop()
@@ -105,8 +126,13 @@ class EmbeddedServer:
         """The server's data directory (``pgdata``), which :meth:`stop` deletes."""
         return self._tmp / "pgdata"
 
+    @property
+    def socket_directory(self) -> Path | None:
+        """The directory holding the server's Unix socket (mode 0700), which :meth:`stop` deletes."""
+        return self._socket
+
     def stop(self) -> None:
-        """Stop the server and delete its data directory (safe to call twice, and after the server died)."""
+        """Stop the server and delete its data and socket directories (safe to call twice, and after the server died)."""
         server, self._server = self._server, None
         if server is not None:
             try:
@@ -114,7 +140,7 @@ class EmbeddedServer:
             except Exception:  # a killed server: psutil.NoSuchProcess, pg_ctl failing... the reaper finishes the job
                 pass
         reaper, self._reaper = self._reaper, None
-        _finish_reaper(reaper, self._tmp)
+        _finish_reaper(reaper, self._tmp, *([self._socket] if self._socket is not None else []))
 
     def __enter__(self) -> EmbeddedServer:
         return self
@@ -126,10 +152,57 @@ class EmbeddedServer:
         return f"EmbeddedServer(dsn={getattr(self, 'dsn', None)!r}, running={self._server is not None})"
 
 
-def _start_reaper(directory: Path) -> subprocess.Popen:
-    """Start :mod:`labsrc.engines.reaper` for ``directory``; it acts when its stdin (our pipe) closes."""
+@functools.cache
+def _private_server_class() -> type:
+    """pgserver's ``PostgresServer``, started on the socket directory we made and without its shared lock file.
+
+    pgserver does everything else as before: ``initdb`` (as root, as its ``pgserver`` user), the handle
+    list and ``cleanup()``. Built on first use, since pgserver is imported only when an engine is used.
+    """
+    ps = importlib.import_module("pgserver.postgres_server")
+
+    class PrivateSocketServer(ps.PostgresServer):
+        # pgserver guards its instances with one InterProcessLock on $XDG_RUNTIME_DIR/python_PostgresServer/.lockfile,
+        # a file it never deletes. Our data directories are never shared between processes: a thread lock will do.
+        _lock = threading.RLock()
+
+        def __init__(self, pgdata: Path, socket_dir: Path) -> None:
+            self.socket_dir = socket_dir
+            pgdata = pgdata.resolve()  # as pgserver.get_server() does: its handle list is keyed on the real path
+            pgdata.mkdir(mode=0o700)
+            super().__init__(pgdata, cleanup_mode="delete")
+
+        def ensure_postgres_running(self) -> None:
+            """``pg_ctl start`` with ``-k`` our directory (pgserver's own version picks one, see the module doc)."""
+            if self.system_user is not None:  # root: PostgreSQL runs as pgserver's user, who must create the socket
+                import pwd
+
+                entry = pwd.getpwnam(self.system_user)
+                os.chown(self.socket_dir, entry.pw_uid, entry.pw_gid)
+            options = f"-h '' -k {self.socket_dir} -c unix_socket_permissions=0700"  # no TCP; socket_dir is plain
+            # ps.pg_ctl looked up now, not imported: a test may wrap it (tests/test_engine_cleanup.py does).
+            ps.pg_ctl(["-w", "-o", options, "-l", str(self.log), "start"], pgdata=self.pgdata, user=self.system_user, timeout=10)
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while True:
+                try:
+                    info = ps.PostmasterInfo.read_from_pgdata(self.pgdata)
+                except (AssertionError, ValueError, OSError):  # postmaster.pid being written: read it again
+                    info = None
+                if info is not None and info.is_running() and info.status == "ready":
+                    self._postmaster_info = info
+                    return
+                if time.monotonic() > deadline:
+                    raise LabError(f"PostgreSQL in {self.pgdata} was not ready {READY_TIMEOUT_S:g} s after pg_ctl start")
+                time.sleep(0.05)
+
+    return PrivateSocketServer
+
+
+def _start_reaper(directory: Path, *also: Path) -> subprocess.Popen:
+    """Start :mod:`labsrc.engines.reaper` for ``directory`` (and the directories ``also``, a socket's); it acts
+    when its stdin (our pipe) closes."""
     return subprocess.Popen(
-        [sys.executable, "-m", "labsrc.engines.reaper", str(directory)],
+        [sys.executable, "-m", "labsrc.engines.reaper", str(directory), *map(str, also)],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -139,16 +212,17 @@ def _start_reaper(directory: Path) -> subprocess.Popen:
     )
 
 
-def _finish_reaper(reaper: subprocess.Popen | None, directory: Path) -> None:
-    """Signal ``reaper`` (close its stdin) to stop what is left and delete ``directory``; wait up to 30 s, then
-    delete the directory here too, so it is gone on return even if the reaper was killed."""
+def _finish_reaper(reaper: subprocess.Popen | None, directory: Path, *also: Path) -> None:
+    """Signal ``reaper`` (close its stdin) to stop what is left and delete ``directory`` and ``also``; wait up to
+    30 s, then delete them here too, so they are gone on return even if the reaper was killed."""
     if reaper is not None:
         reaper.stdin.close()
         try:
             reaper.wait(timeout=30)
         except subprocess.TimeoutExpired:
             reaper.kill()
-    shutil.rmtree(directory, ignore_errors=True)
+    for path in (directory, *also):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _package_root() -> str:

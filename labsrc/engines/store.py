@@ -27,6 +27,7 @@ from labsrc.engines.deadline import watch
 from labsrc.engines.errors import driver_errors, first_line, hide_password, server_name
 from labsrc.engines.groups import create_group_triggers, fill_group_stats
 from labsrc.engines.loading import LoadStats, document_vectors, load_corpus
+from labsrc.engines.orphans import drop_orphans, mark_owned
 from labsrc.engines.pool import DEFAULT_TIMEOUTS, Timeouts, reader_options, reset_session, role_has_defaults
 from labsrc.engines.schema import (
     INDEX_BUILD_MEMORY,
@@ -100,6 +101,8 @@ class PostgresStore:
         self.hnsw: dict[str, int] | None = None
         #: Pooled sessions closed because a request left state on them (:meth:`_reset`).
         self.discarded_sessions = 0
+        #: Schemas of dead processes this store dropped when it started (:func:`~labsrc.engines.orphans.drop_orphans`).
+        self.orphans_dropped: tuple[str, ...] = ()
         self._count_lock = threading.Lock()
         try:
             self.admin = self._psycopg.connect(self.dsn, autocommit=True, connect_timeout=timeouts.connect_s)
@@ -128,8 +131,11 @@ class PostgresStore:
         analyzer: Callable[[str], list[str]],
         progress: Callable[[str, int, int], None] | None,
     ) -> LoadStats:
+        if self.server is None:  # a server by DSN: drop what killed processes left there (labsrc.engines.orphans)
+            self.orphans_dropped = tuple(drop_orphans(self.admin))
         vectors, dimension = document_vectors(chunks, source)
         create_tables(self.admin, self.schema, dimension)
+        mark_owned(self.admin, self.schema)  # the admin session holds the schema's lock for the store's lifetime
         self.vector_schema = self.admin.execute(
             "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
         ).fetchone()[0]

@@ -205,7 +205,7 @@ def _concurrency_gate(outcomes: Sequence[CaseOutcome], probes: Probes) -> GateRe
     what = (f"{plural(check.requests, 'request')} ({check.rounds} rounds of every case) from {check.threads} threads "
             "at once, callers interleaved")
     if check.requests == 0:
-        return GateResult(name, False, f"no case answered when replayed alone, so none could be replayed at once",
+        return GateResult(name, False, "no case answered when replayed alone, so none could be replayed at once",
                           family="concurrency", tested=False)
     if check.error is not None:
         return GateResult(name, False, f"{what}: {check.error}", family="concurrency", findings=(check.error,))

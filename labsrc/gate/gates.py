@@ -60,7 +60,6 @@ from labsrc.evaluation.subject import (
     Observation,
     Request,
     Subject,
-    SubjectError,
     factory_name,
     observe_request,
     subject_versions,

@@ -13,7 +13,7 @@ on the config's clocks. The probes (:mod:`~labsrc.gate.probes` says what each pr
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from labsrc.boundary import block_reasons, permitted_chunks

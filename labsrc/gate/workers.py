@@ -45,7 +45,7 @@ from labsrc import errors
 from labsrc.errors import LabError
 from labsrc.gate.config import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_SEARCH_TIMEOUT_S, check_timeout
 from labsrc.evaluation.subject import Factory, Observation, Request, SubjectError, factory_name
-from labsrc.gate.worker_loop import plain_observation, run_worker, unplain_observation
+from labsrc.gate.worker_loop import run_worker, unplain_observation
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import PolicyChunk
 
