@@ -232,6 +232,7 @@ def _vectors_with_query_rows_from_documents(tmp_path: Path, names: list[str] | N
     for name in names if names is not None else list(expected):
         queries[query_ids.index(name)] = documents[corpus_ids.index(expected[name])]
     np.save(folder / "queries.npy", queries)
+    (folder / "checksums.json").unlink()  # edited by hand (or by a learner's own script): no checksums of the lab's
     return folder
 
 

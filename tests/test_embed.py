@@ -84,7 +84,7 @@ def test_read_queries_names_the_line_of_a_duplicate_or_shapeless_record(tmp_path
 def test_embed_to_dir_writes_the_vectordir_layout_plus_queries(tmp_path):
     out, record = _write(tmp_path)
     assert sorted(p.name for p in out.iterdir()) == [
-        "MODEL.json", "corpus.npy", "corpus_ids.txt", "queries.jsonl", "queries.npy", "query_ids.txt",
+        "MODEL.json", "checksums.json", "corpus.npy", "corpus_ids.txt", "queries.jsonl", "queries.npy", "query_ids.txt",
     ]
     assert (out / "corpus_ids.txt").read_text() == "a-rule\nb-rule\n"
     assert (out / "query_ids.txt").read_text() == "exact\nshoes\n"

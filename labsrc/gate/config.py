@@ -28,7 +28,6 @@ TOML needs Python 3.11+ (``tomllib``) or the ``tomli`` package; JSON works every
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -42,7 +41,7 @@ from labsrc.evaluation.budgets import BUDGET_STAGES, RETRIEVAL_BUDGET_MS
 from labsrc.gate.noninterference import NONINTERFERENCE_MODES
 from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k
 from labsrc.ranking import check_top_k
-from labsrc.records.loading import parse_date, read_text
+from labsrc.records.loading import parse_date, parse_json, read_text, too_deep
 
 __all__ = [
     "DEFAULT_BUILD_TIMEOUT_S",
@@ -251,6 +250,8 @@ def _parse_toml(text: str, path: Path) -> Any:
         match = re.search(r"line (\d+)", str(exc))
         line = int(match.group(1)) if match else None
         raise InvalidRecord(f"malformed TOML: {exc}", path=path, line=line) from exc
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise too_deep(text, path=path) from None
 
 
 def _key_line(text: str, parts: Sequence[str], toml: bool) -> int | None:
@@ -291,10 +292,7 @@ def load_gate_config(path: str | Path) -> GateConfig:
     if toml:
         data = _parse_toml(text, path)
     else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidRecord(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno) from exc
+        data = parse_json(text, path=path)
     if not isinstance(data, dict):
         raise InvalidRecord(f"expected an object of settings, got {type(data).__name__}", path=path)
 

@@ -84,6 +84,7 @@ from labsrc.lanes.permitted import (
 )
 from labsrc.lanes.persistence import (
     INDEX_FORMAT,
+    TRUSTED_TOKEN_PATTERNS,
     analyzer_from_description,
     describe_analyzer,
     load_bm25_index,
@@ -147,6 +148,7 @@ __all__ = [
     "SentenceTransformerEncoder",
     "StoredEmbeddings",
     "StoredTerm",
+    "TRUSTED_TOKEN_PATTERNS",
     "TermColumns",
     "TermExplanation",
     "UniverseStats",

@@ -356,7 +356,7 @@ def load_embeddings(
     """
     path = Path(path)
     queries_path = path / _QUERIES_FILE
-    if not queries_path.is_file():
+    if not queries_path.exists():  # anything else there (a FIFO, a folder) is refused by name when it is read
         raise InvalidRecord(f"missing {_QUERIES_FILE} (query id → text); re-run 'labsrc embed'", path=queries_path)
     queries: dict[str, str] = {}
     for number, record in iter_jsonl(queries_path):

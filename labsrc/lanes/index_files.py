@@ -7,12 +7,23 @@ point (``save_bm25_index``, ``load_bm25_index``); :meth:`BM25Index.save
 does not import the index class, so the class can call it without a cycle.
 
 **Atomic saves.** A save writes every file into a new folder beside the
-target (``.<name>.staging-<hex>``), fsyncs them, and then puts that folder in
+target (``.<name>.staging-<host>-<pid>-<hex>``), fsyncs them, and then puts that folder in
 place of the target in one step (:func:`~labsrc.records.files.commit_dir`:
 ``renameat2(RENAME_EXCHANGE)`` on Linux), removing the old one after. A save
 killed at any point leaves the previous index or the new one, complete, never
 neither; the file names inside stay the documented ones. Since the folder is
-replaced whole, a target holding files an index does not is refused.
+replaced whole, a target holding files an index does not is refused. The staging
+folder of a save that was killed is removed by the next save or load of the
+same target once its process is gone (:func:`~labsrc.records.files.remove_stale_staging`).
+
+**Only the lab's own analyzers.** ``params.json`` describes the analyzer, and
+its token pattern is a regular expression run on every query: one planted in
+the file (``(a+)+$`` backtracks for hours) would be code. A load therefore
+accepts only the token patterns of the lab's analyzers
+(:data:`TRUSTED_TOKEN_PATTERNS`); an index saved with another pattern loads
+only when the caller passes that analyzer (``analyzer=``), and then the saved
+description must equal it. A checksum in the file would not do: whoever can
+plant a pattern can rewrite the checksum too.
 
 **Checked loads.** Every array is checked before it is used: dtype and shape
 against ``params.json``, ``ptr`` from 0 to the postings count and strictly
@@ -35,13 +46,14 @@ from typing import Any
 import numpy as np
 
 from labsrc.errors import InvalidArgument, InvalidRecord
-from labsrc.lanes.analysis import Analyzer
+from labsrc.lanes.analysis import LESSON_TOKEN_PATTERN, PROSE_TOKEN_PATTERN, Analyzer
 from labsrc.records.files import (
     as_path,
     commit_dir,
     load_npy,
     reading,
     refuse_foreign_files,
+    remove_stale_staging,
     stage_dir,
     write_durable,
     writing,
@@ -49,7 +61,7 @@ from labsrc.records.files import (
 from labsrc.records.loading import load_json
 
 # read_index and write_index are the index class's own (BM25Index.load and .save call them).
-__all__ = ["INDEX_FORMAT", "analyzer_from_description", "describe_analyzer"]
+__all__ = ["INDEX_FORMAT", "TRUSTED_TOKEN_PATTERNS", "analyzer_from_description", "describe_analyzer"]
 
 #: Written into params.json; bumped whenever the layout changes.
 INDEX_FORMAT = {"name": "labsrc-bm25-index", "version": 3}
@@ -60,6 +72,11 @@ _ARRAYS = {"doc_len": "fiu", "ptr": "iu", "tf": "fiu", "postings": "i"}
 _ARRAYS_V2 = {"doc_len": "fiu", "ptr": "iu", "doc_pos": "iu", "tf": "fiu", "impact": "f"}
 #: The names a saved index's folder may hold (format 3, and format 2's two extra arrays).
 _OWNED = frozenset({f"{name}.npy" for name in {*_ARRAYS, *_ARRAYS_V2}} | {"ids.json", "vocabulary.json", "params.json"})
+
+
+#: The token patterns a loaded index may restore on its own: those of the lab's analyzers
+#: (the lesson's and the prose one, labsrc.lanes.analysis). Any other needs ``analyzer=`` at load.
+TRUSTED_TOKEN_PATTERNS = frozenset({LESSON_TOKEN_PATTERN, PROSE_TOKEN_PATTERN})
 
 
 def _analyzer_fields() -> list[dataclasses.Field[Any]]:
@@ -106,6 +123,45 @@ def analyzer_from_description(description: Any, *, path: str | Path | None = Non
         return Analyzer(**kwargs)
     except (InvalidArgument, TypeError, ValueError, re.error) as exc:
         raise InvalidRecord(f"cannot rebuild the analyzer: {exc}", path=path, field="analyzer") from exc
+
+
+def _shorten(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def _trusted_analyzer(description: Any, given: Analyzer | None, *, path: str | Path) -> Analyzer:
+    """The analyzer a loaded index may use: the lab's own pattern, or exactly the ``given`` analyzer.
+
+    ``given`` is the caller vouching for an analyzer (``BM25Index.load(path,
+    analyzer=...)``); the saved description must then equal it. Without it, a
+    pattern outside :data:`TRUSTED_TOKEN_PATTERNS` is refused before it is compiled.
+    """
+    if given is not None:
+        if type(given) is not Analyzer:
+            raise InvalidArgument(
+                f"analyzer must be a labsrc.lanes.analysis.Analyzer (the one the index was saved with), "
+                f"not {type(given).__name__}"
+            )
+        if description != describe_analyzer(given):
+            raise InvalidRecord(
+                f"the saved analyzer {_shorten(description, 200)} differs from the analyzer given "
+                f"{_shorten(describe_analyzer(given), 200)}; load the index with the analyzer it was saved with",
+                path=path,
+                field="analyzer",
+            )
+        return given
+    pattern = description.get("pattern", LESSON_TOKEN_PATTERN) if isinstance(description, dict) else None
+    if isinstance(description, dict) and (not isinstance(pattern, str) or pattern not in TRUSTED_TOKEN_PATTERNS):
+        known = ", ".join(sorted(map(repr, TRUSTED_TOKEN_PATTERNS)))
+        raise InvalidRecord(
+            f"{_shorten(pattern)} is not a token pattern the lab writes ({known}); a pattern is a regular expression "
+            "run on every query, so a saved index restores only the lab's own. If you saved this index with your "
+            "own Analyzer, load it with analyzer=that Analyzer",
+            path=path,
+            field="analyzer.pattern",
+        )
+    return analyzer_from_description(description, path=path)
 
 
 # --- writing ----------------------------------------------------------------------------
@@ -212,14 +268,19 @@ def _check_arrays(arrays: dict[str, np.ndarray], files: dict[str, Path], n_docs:
            files["doc_len"], "doc_len")  # fmt: skip
 
 
-def read_index(directory: str | Path, mmap: bool) -> dict[str, Any]:
-    """The checked constructor arguments of the index saved in ``directory`` (formats 2 and 3)."""
+def read_index(directory: str | Path, mmap: bool, analyzer: Analyzer | None = None) -> dict[str, Any]:
+    """The checked constructor arguments of the index saved in ``directory`` (formats 2 and 3).
+
+    ``analyzer``: the analyzer the index was saved with, when its token pattern is
+    not one of the lab's (see the module docs).
+    """
     directory = as_path(directory)
+    remove_stale_staging(directory)  # what saves of this folder killed part-way left beside it
     with reading(directory):
-        return _read(directory, mmap)
+        return _read(directory, mmap, analyzer)
 
 
-def _read(directory: Path, mmap: bool) -> dict[str, Any]:
+def _read(directory: Path, mmap: bool, given: Analyzer | None) -> dict[str, Any]:
     params_path = directory / "params.json"
     if not params_path.exists():
         raise InvalidRecord("no params.json: not a saved BM25 index (or an unfinished save)", path=directory)
@@ -236,7 +297,7 @@ def _read(directory: Path, mmap: bool) -> dict[str, Any]:
     k1 = _param_number(params, "k1", params_path)
     b = _param_number(params, "b", params_path)
     _check(b <= 1, f"must be in [0, 1], not {b!r}", params_path, "b")
-    analyzer = analyzer_from_description(params.get("analyzer"), path=params_path)
+    analyzer = _trusted_analyzer(params.get("analyzer"), given, path=params_path)
     dtypes = params.get("dtypes")
     expected = _ARRAYS_V2 if version == 2 else _ARRAYS
     if not isinstance(dtypes, dict) or set(dtypes) != set(expected):

@@ -30,7 +30,17 @@ The analyzer must be an :class:`~labsrc.lanes.analysis.Analyzer`:
 it is stored as its constructor fields (pattern, stopwords, normal form, case
 folding, stemmer, name), so the loaded index tokenises queries exactly as the
 saved one did. An arbitrary function cannot be described reproducibly, and
-saving one is an error rather than a silent change of behaviour on load.
+saving one is an error rather than a silent change of behaviour on load. A
+token pattern is a regular expression, that is, code: a load restores only the
+lab's own patterns (``TRUSTED_TOKEN_PATTERNS``: the lesson's and the prose
+analyzer's) from ``params.json``. An index saved with another pattern loads when
+the caller passes the same analyzer, ``load_bm25_index(folder, analyzer=mine)``;
+any other pattern in the file is refused, naming the file, the field and the value.
+
+A save writes into a staging folder beside the target,
+``.<name>.staging-<host>-<pid>-<hex>``, and swaps it in. When a save is killed,
+its staging folder stays until the next save or load of the same target, which
+removes it once that process is gone (never a live concurrent save's).
 
 Everything is plain ``.npy`` and JSON: ``allow_pickle`` stays off, so loading a
 directory can never run code.
@@ -41,10 +51,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from labsrc.errors import InvalidArgument
-from labsrc.lanes.index_files import INDEX_FORMAT, analyzer_from_description, describe_analyzer
+from labsrc.lanes.analysis import Analyzer
+from labsrc.lanes.index_files import (
+    INDEX_FORMAT,
+    TRUSTED_TOKEN_PATTERNS,
+    analyzer_from_description,
+    describe_analyzer,
+)
 from labsrc.lanes.sparse import BM25Index
 
-__all__ = ["INDEX_FORMAT", "analyzer_from_description", "describe_analyzer", "load_bm25_index", "save_bm25_index"]
+__all__ = [
+    "INDEX_FORMAT",
+    "TRUSTED_TOKEN_PATTERNS",
+    "analyzer_from_description",
+    "describe_analyzer",
+    "load_bm25_index",
+    "save_bm25_index",
+]
 
 
 def save_bm25_index(index: BM25Index, directory: str | Path) -> Path:
@@ -58,12 +81,13 @@ def save_bm25_index(index: BM25Index, directory: str | Path) -> Path:
     return index.save(directory)
 
 
-def load_bm25_index(directory: str | Path, mmap: bool = True) -> BM25Index:
+def load_bm25_index(directory: str | Path, mmap: bool = True, *, analyzer: Analyzer | None = None) -> BM25Index:
     """Load an index written by :func:`save_bm25_index`; it scores exactly as the saved one.
 
-    The same as ``BM25Index.load(directory, mmap=mmap)``. With ``mmap=True`` the
-    arrays are read-only memory maps of the files (checked once on load, then
-    paged in by the OS as queries touch them). Indexes saved in format versions
-    2 and 3 load too.
+    The same as ``BM25Index.load(directory, mmap=mmap, analyzer=analyzer)``. With
+    ``mmap=True`` the arrays are read-only memory maps of the files (checked once
+    on load, then paged in by the OS as queries touch them). Indexes saved in
+    format versions 2 and 3 load too. ``analyzer``: the analyzer the index was
+    saved with, needed only when its token pattern is not one of the lab's.
     """
-    return BM25Index.load(directory, mmap=mmap)
+    return BM25Index.load(directory, mmap=mmap, analyzer=analyzer)

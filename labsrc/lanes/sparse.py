@@ -200,9 +200,11 @@ class BM25Index:
         return write_index(self, path)
 
     @classmethod
-    def load(cls, path: str | Path, mmap: bool = False) -> BM25Index:
-        """An index written by :meth:`save`, checked; ``mmap=True`` maps its arrays read-only."""
-        return cls(**read_index(path, mmap=bool(mmap)))
+    def load(cls, path: str | Path, mmap: bool = False, *, analyzer: Analyzer | None = None) -> BM25Index:
+        """An index written by :meth:`save`, checked; ``mmap=True`` maps its arrays read-only.
+
+        ``analyzer``: the one it was saved with, needed when its token pattern is not the lab's own."""
+        return cls(**read_index(path, mmap=bool(mmap), analyzer=analyzer))
 
     # --- statistics ---------------------------------------------------------------
 

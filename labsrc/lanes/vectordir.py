@@ -9,6 +9,15 @@ collection ships its embeddings as matrices instead, one directory per model::
         corpus_ids.txt   one document id per line
         queries.npy      float32 [queries × dim], row i is query_ids.txt line i
         query_ids.txt    one query id per line
+        checksums.json   {"sha256": {file name: hex digest}} of every other file (written by the lab)
+
+:func:`write_vector_dir` records the SHA-256 of every file it writes in
+``checksums.json``, and :func:`load_vector_dir` checks them first: a bit flip,
+two ids swapped in ``corpus_ids.txt`` or any edit after the write is refused by
+file name, instead of loading silently and ranking with the wrong vectors (each
+check below can pass on such a folder). A folder without ``checksums.json``
+(written before the lab recorded them, or by hand) loads unchecked as before
+(:mod:`labsrc.records.checksums`).
 
 :func:`load_vector_dir` checks all of it before anything is ranked: the ids are
 unique and match the corpus (and the queries), the row counts and dimensions
@@ -32,12 +41,19 @@ from typing import Any
 import numpy as np
 
 from labsrc.errors import InvalidArgument, InvalidRecord
+from labsrc.records.checksums import (
+    CHECKSUMS_FILE,
+    checksums_json,
+    is_file_name,
+    verify_checksums,
+)
 from labsrc.records.files import (
     as_path,
     commit_dir,
     load_npy,
     reading,
     refuse_foreign_files,
+    remove_stale_staging,
     stage_dir,
     write_durable,
     writing,
@@ -267,6 +283,7 @@ def load_vector_dir(
     whole ``MODEL.json`` record is kept as ``.model``.
     """
     path = as_path(path)
+    remove_stale_staging(path)  # what saves of this folder killed part-way left beside it
     with reading(path):
         return _load_vector_dir(path, corpus_ids, queries)
 
@@ -274,6 +291,7 @@ def load_vector_dir(
 def _load_vector_dir(path: Path, corpus_ids: Iterable[str] | None, queries: Mapping[str, str] | None) -> VectorDirectory:
     if not path.is_dir():
         raise InvalidRecord("vector directory not found", path=path)
+    verify_checksums(path, required=_WRITTEN)  # first, before anything is parsed
     model_path = path / _MODEL_FILE
     model = load_json(model_path)
     if not isinstance(model, dict):
@@ -328,11 +346,16 @@ def write_vector_dir(
 
     A run killed at any point leaves the old directory or the new one at
     ``path`` (:func:`~labsrc.records.files.commit_dir`). ``extra`` adds files by
-    name. An existing ``path`` holding anything else is refused, since the
-    folder is replaced as a whole.
+    name. ``checksums.json`` records the SHA-256 of every file written, extras
+    included, and is written last, inside the same atomic swap. An existing
+    ``path`` holding anything else is refused, since the folder is replaced as a
+    whole.
     """
     path = as_path(path)
-    names = set(_WRITTEN) | set(extra or {})
+    for name in extra or {}:
+        if not is_file_name(name) or name in (*_WRITTEN, CHECKSUMS_FILE):
+            raise InvalidArgument(f"extra file name {name!r} must be a plain file name other than the folder's own files")
+    names = {*_WRITTEN, CHECKSUMS_FILE, *(extra or {})}
     refuse_foreign_files(path, names, "a vector directory")
     files = {
         "corpus.npy": lambda h: np.save(h, doc_matrix, allow_pickle=False),
@@ -347,6 +370,8 @@ def write_vector_dir(
         try:
             for name, write in files.items():
                 write_durable(staged / name, write)
+            checksums = checksums_json(staged, files)  # last, inside the same atomic swap
+            write_durable(staged / CHECKSUMS_FILE, lambda h: h.write(checksums))
             return commit_dir(staged, path)
         finally:
             shutil.rmtree(staged, ignore_errors=True)  # already gone unless something failed

@@ -26,7 +26,7 @@ from labsrc.patterns.chunking import chunk_markdown
 from labsrc.patterns.dropin import HybridRetriever
 from labsrc.patterns.expansion import QueryExpander
 from labsrc.ranking import check_top_k
-from labsrc.records.loading import Field, iter_jsonl
+from labsrc.records.loading import Field, iter_jsonl, read_text
 
 __all__ = [
     "NEEDLE_THRESHOLD",
@@ -70,7 +70,7 @@ def load_needles(path: str | Path | None = None) -> NeedleCorpus:
     files = sorted((root / "docs").glob("*.md"))
     if not files:
         raise InvalidRecord("no markdown documents in docs/", path=root)
-    documents = {file.stem: file.read_text(encoding="utf-8") for file in files}
+    documents = {file.stem: read_text(file) for file in files}  # a regular UTF-8 file each, or an InvalidRecord naming it
     questions: list[NeedleQuestion] = []
     seen: set[str] = set()
     source = root / "questions.jsonl"

@@ -17,6 +17,12 @@ read back with ``np.frombuffer``: 4 bytes per dimension, exact for float32
 input, rounded to float32 for float64 input. Metadata is JSON text, so
 :func:`~labsrc.patterns.filters.compile_filter_sql` can filter it inside SQLite with
 bound parameters.
+
+Text is stored as UTF-8, which cannot hold a lone surrogate (``"a\\ud800b"``, what
+``surrogateescape`` decoding or a broken JSON escape leaves in a Python string).
+Such a value is an :class:`~labsrc.errors.InvalidArgument` naming the record and
+the field, checked before anything is written, never a raw ``UnicodeEncodeError``
+from the driver.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.dense import check_vector
 from labsrc.patterns.filters import compile_filter_sql
 from labsrc.records.files import as_path
+from labsrc.records.loading import parse_json
 
 __all__ = ["EMBEDDING_DTYPE", "SQLiteStore"]
 
@@ -59,24 +66,43 @@ CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks(doc_id);
 """
 
 
-def _text(value: Any, field: str, *, optional: bool = False) -> str | None:
+def _storable(value: str, field: str, owner: str | None) -> str:
+    """Refuse what SQLite's UTF-8 text cannot hold (a lone surrogate) before the driver raises a bare UnicodeEncodeError.
+
+    The wording mirrors :func:`labsrc.engines.errors.check_storable` (the PostgreSQL
+    engine's check), so both stores blame a value the same way; it is repeated
+    here, not imported, so the SQLite store does not depend on the PostgreSQL engine.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        where = f"{owner}: field {field!r}" if owner else f"field {field!r}"
+        raise InvalidArgument(
+            f"{where} is not valid Unicode (a lone surrogate at position {exc.start}), which SQLite's UTF-8 text "
+            "cannot store"
+        ) from None
+    return value
+
+
+def _text(value: Any, field: str, *, optional: bool = False, owner: str | None = None) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgument(f"{field} must be a non-empty string, not {value!r}")
-    return value
+    return _storable(value, field, owner)
 
 
-def _metadata_json(metadata: Mapping[str, Any] | None) -> str:
+def _metadata_json(metadata: Mapping[str, Any] | None, owner: str) -> str:
     if metadata is None:
         return "{}"
     if not isinstance(metadata, Mapping):
         raise InvalidArgument(f"metadata must be a dict, not {type(metadata).__name__}")
     try:
         # allow_nan=False: NaN is not JSON, and SQLite's JSON functions would reject the row.
-        return json.dumps(dict(metadata), ensure_ascii=False, sort_keys=True, allow_nan=False)
+        text = json.dumps(dict(metadata), ensure_ascii=False, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(f"metadata must be JSON-serialisable: {exc}") from exc
+    return _storable(text, "metadata", owner)
 
 
 def _embedding_blob(embedding: Any) -> tuple[bytes, int]:
@@ -126,14 +152,16 @@ class SQLiteStore:
         The second positional argument is the document's path, as in the POC
         port's own calls. Adding an existing ``doc_id`` is an error.
         """
-        _text(doc_id, "doc_id")
-        _text(path, "path", optional=True)
-        _text(title, "title", optional=True)
+        owner = f"document {doc_id!r}"
+        _text(doc_id, "doc_id", owner=owner)
+        _text(path, "path", optional=True, owner=owner)
+        _text(title, "title", optional=True, owner=owner)
+        metadata_json = _metadata_json(metadata, owner)
         try:
             with self._db:
                 self._db.execute(
                     "INSERT INTO documents (doc_id, title, path, metadata) VALUES (?, ?, ?, ?)",
-                    (doc_id, title, path, _metadata_json(metadata)),
+                    (doc_id, title, path, metadata_json),
                 )
         except sqlite3.IntegrityError as exc:
             raise InvalidArgument(f"document {doc_id!r} is already in the store") from exc
@@ -159,10 +187,12 @@ class SQLiteStore:
             if enriched_text is not None:
                 raise InvalidArgument("pass enriched_text or enriched_content (the same field), not both")
             enriched_text = enriched_content
-        _text(chunk_id, "chunk_id")
-        _text(doc_id, "doc_id")
-        _text(text, "text")
-        _text(enriched_text, "enriched_text", optional=True)
+        owner = f"chunk {chunk_id!r}"
+        _text(chunk_id, "chunk_id", owner=owner)
+        _text(doc_id, "doc_id", owner=owner)
+        _text(text, "text", owner=owner)
+        _text(enriched_text, "enriched_text", optional=True, owner=owner)
+        metadata_json = _metadata_json(metadata, owner)
         blob, dimension = (None, None) if embedding is None else _embedding_blob(embedding)
         if next(self._query("SELECT 1 FROM documents WHERE doc_id = ?", (doc_id,)), None) is None:
             raise InvalidArgument(f"no document {doc_id!r} in the store; call add_document({doc_id!r}) first")
@@ -171,7 +201,7 @@ class SQLiteStore:
                 self._db.execute(
                     "INSERT INTO chunks (chunk_id, doc_id, text, enriched_text, embedding, dimension, metadata) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (chunk_id, doc_id, text, enriched_text, blob, dimension, _metadata_json(metadata)),
+                    (chunk_id, doc_id, text, enriched_text, blob, dimension, metadata_json),
                 )
         except sqlite3.IntegrityError as exc:
             raise InvalidArgument(f"chunk {chunk_id!r} is already in the store") from exc
@@ -186,10 +216,10 @@ class SQLiteStore:
     )
 
     def _metadata(self, text: Any, where: str) -> dict[str, Any]:
-        try:
-            value = json.loads(text)
-        except (TypeError, json.JSONDecodeError) as exc:
-            raise InvalidRecord(f"metadata is not JSON ({exc})", path=self.path, field=f"{where}.metadata") from None
+        if not isinstance(text, str):
+            raise InvalidRecord(f"metadata is not JSON text but {type(text).__name__}", path=self.path,
+                                field=f"{where}.metadata")  # fmt: skip
+        value = parse_json(text, path=self.path, field=f"{where}.metadata", lines=False)  # malformed or nested too deeply
         if not isinstance(value, dict):
             raise InvalidRecord(f"metadata must be a JSON object, not {type(value).__name__}", path=self.path,
                                 field=f"{where}.metadata")  # fmt: skip
@@ -229,6 +259,11 @@ class SQLiteStore:
                 yield from rows
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a damaged page may hold invalid text
             raise InvalidRecord(f"the SQLite file is damaged: {exc}", path=self.path, field="database") from None
+        except UnicodeEncodeError as exc:  # a filter value with a lone surrogate
+            raise InvalidArgument(
+                f"a value to look up is not valid Unicode (a lone surrogate at position {exc.start} of "
+                f"{exc.object[:60]!r}), which SQLite's UTF-8 text cannot hold"
+            ) from None
 
     def get_chunk(self, chunk_id: str) -> dict[str, Any] | None:
         """The chunk as a dict (``embedding`` a read-only float32 array or None), or None."""

@@ -4,6 +4,11 @@ Every loader either returns *all* records unchanged or raises
 :class:`~labsrc.errors.InvalidRecord` naming the file, the 1-based line and the
 field. Blank lines in JSONL are skipped; nothing else is ever dropped, trimmed or
 re-encoded.
+
+Every file is opened through :func:`~labsrc.records.files.open_regular` (a FIFO
+or a device is refused by name instead of blocking), and every JSON text is
+parsed by :func:`parse_json`, which also refuses JSON nested deeper than
+:data:`MAX_JSON_DEPTH` by file and line, instead of a ``RecursionError``.
 """
 
 from __future__ import annotations
@@ -13,20 +18,29 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from labsrc.errors import InvalidRecord
+from labsrc.records.files import open_regular
 from labsrc.records.policy import Caller, PolicyChunk
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "Field",
     "iter_jsonl",
     "load_callers",
     "load_chunks",
     "load_json",
     "parse_date",
+    "parse_json",
     "read_text",
+    "too_deep",
 ]
+
+#: How deeply lists and objects may nest in any JSON the lab reads (serde_json's default recursion
+#: limit). The lab's own records nest three levels at most; 200,000 levels once crashed the parser
+#: with a RecursionError, and a few hundred parse but crash whatever later walks the value.
+MAX_JSON_DEPTH = 128
 
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
@@ -56,17 +70,93 @@ def _decode_error(path: Path, exc: UnicodeDecodeError, line: int | None) -> Inva
     return InvalidRecord(f"not valid UTF-8 ({exc.reason}, bytes {bad!r}); {_RESAVE}", path=path, line=line)
 
 
+#: A JSON string (skipped whole, so brackets inside it do not count) or a bracket.
+_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def _exceeds_depth(value: Any, limit: int) -> bool:
+    """Whether lists and objects nest more than ``limit`` deep in ``value`` (walked with a stack, not recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def too_deep(
+    text: str, *, path: str | Path, line: int | None = None, field: str | None = None, lines: bool = True
+) -> InvalidRecord:
+    """The error for ``text`` (JSON or TOML) nested deeper than :data:`MAX_JSON_DEPTH`, naming the line where it goes too deep.
+
+    ``line`` is the line ``text`` starts on (a JSONL line); the line reported
+    counts on from it. Brackets inside double-quoted strings are not counted.
+    ``lines=False``: ``text`` is not a file's (a database value), so no line is named.
+    """
+    where, depth = None, 0
+    for token in _JSON_TOKENS.finditer(text) if lines else ():
+        bracket = token.group()
+        if bracket in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                where = (line or 1) + text.count("\n", 0, token.start())
+                break
+        elif bracket in "]}":
+            depth -= 1
+    return InvalidRecord(
+        f"nested too deeply (more than {MAX_JSON_DEPTH} levels of lists and objects); the lab's records nest a few "
+        "levels at most, so the file is damaged or hostile",
+        path=path,
+        line=where if where is not None else line,
+        field=field,
+    )
+
+
+def parse_json(
+    text: str, *, path: str | Path, line: int | None = None, field: str | None = None, lines: bool = True
+) -> Any:
+    """``json.loads(text)``, every failure an :class:`InvalidRecord` naming ``path``, the line and ``field``.
+
+    Malformed JSON names the line of the syntax error (or ``line``, for one JSONL
+    line; none with ``lines=False``, for JSON that is not a file's). JSON nested
+    more than :data:`MAX_JSON_DEPTH` deep is refused too (:func:`too_deep`),
+    whether the parser overflowed Python's stack or not.
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        where = (exc.lineno if line is None else line) if lines else None
+        raise InvalidRecord(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=where, field=field) from exc
+    except RecursionError:
+        raise too_deep(text, path=path, line=line, field=field, lines=lines) from None
+    if _exceeds_depth(value, MAX_JSON_DEPTH):
+        raise too_deep(text, path=path, line=line, field=field, lines=lines)
+    return value
+
+
+def _open(path: Path) -> BinaryIO:
+    """``path`` opened for binary reading if it is a regular file; an InvalidRecord naming it otherwise."""
+    try:
+        return open_regular(path)
+    except InvalidRecord:
+        raise
+    except (OSError, ValueError) as exc:  # ValueError: a NUL or a lone surrogate in the name
+        raise InvalidRecord(f"cannot open: {getattr(exc, 'strerror', None) or exc}", path=path) from exc
+
+
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each non-blank line of a JSONL file.
 
-    The file must be UTF-8; a leading UTF-8 byte-order mark (as some Windows
-    editors write) is skipped. A UTF-16 or UTF-32 file is refused by name.
+    The file must be a regular UTF-8 file; a leading UTF-8 byte-order mark (as
+    some Windows editors write) is skipped. A UTF-16 or UTF-32 file is refused
+    by name, and so is a line nested more than :data:`MAX_JSON_DEPTH` deep.
     """
     path = Path(path)
-    try:
-        handle = path.open("rb")
-    except (OSError, ValueError) as exc:  # ValueError: a NUL or a lone surrogate in the name
-        raise InvalidRecord(f"cannot open: {getattr(exc, 'strerror', None) or exc}", path=path) from exc
+    handle = _open(path)
     with handle:
         for number, raw in enumerate(handle, start=1):
             if number == 1:
@@ -78,10 +168,7 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise _decode_error(path, exc, number) from exc
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidRecord(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=number) from exc
+            record = parse_json(line, path=path, line=number)
             if not isinstance(record, dict):
                 raise InvalidRecord(
                     f"each line must be a JSON object, got {type(record).__name__}", path=path, line=number
@@ -93,10 +180,11 @@ def read_text(path: str | Path) -> str:
     """A whole UTF-8 file (a leading UTF-8 byte-order mark is dropped); a missing file or
     another encoding (UTF-16 is named) is an :class:`InvalidRecord` naming the file."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except (OSError, ValueError) as exc:  # ValueError: a NUL or a lone surrogate in the name
-        raise InvalidRecord(f"cannot open: {getattr(exc, 'strerror', None) or exc}", path=path) from exc
+    with _open(path) as handle:
+        try:
+            data = handle.read()
+        except OSError as exc:
+            raise InvalidRecord(f"cannot read: {exc.strerror or exc}", path=path) from exc
     _check_encoding(path, data[:64])
     try:
         return data.decode("utf-8-sig")
@@ -106,13 +194,9 @@ def read_text(path: str | Path) -> str:
 
 
 def load_json(path: str | Path) -> Any:
-    """Parse a whole JSON file, reporting the line of a syntax error."""
+    """Parse a whole JSON file (:func:`parse_json`), reporting the line of a syntax error or of too deep nesting."""
     path = Path(path)
-    text = read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidRecord(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno) from exc
+    return parse_json(read_text(path), path=path)
 
 
 def parse_date(value: str) -> dt.date:

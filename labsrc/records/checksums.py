@@ -1,0 +1,86 @@
+"""A folder's ``checksums.json``: the SHA-256 of each file the lab wrote into it, checked before the folder is read.
+
+A bit flip on disk, an interrupted copy, or two ids swapped by hand can leave a
+folder that passes every check of its content (finite unit vectors, unique
+ids, matching row counts) and still ranks with the wrong vectors. So the writer
+records each file's digest as it writes the folder, and the reader recomputes
+them before it parses anything, refusing a mismatch by file name. A folder
+without ``checksums.json`` (written before the lab recorded digests, or by
+hand) is not checked, so folders made earlier keep loading.
+
+The digests catch damage and mistakes, not an attacker: whoever can rewrite a
+file can rewrite ``checksums.json`` too.
+
+The format is one JSON object, ``{"sha256": {file name: 64 lowercase hex digits}}``,
+covering every file of the folder but itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Iterable
+from pathlib import Path
+
+from labsrc.errors import InvalidRecord
+from labsrc.records.files import file_sha256
+from labsrc.records.loading import load_json
+
+__all__ = ["CHECKSUMS_FILE", "checksums_json", "is_file_name", "verify_checksums"]
+
+CHECKSUMS_FILE = "checksums.json"
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def is_file_name(name: object) -> bool:
+    """A plain name of a file inside the folder: no separator, not ``.`` or ``..``, no NUL."""
+    return isinstance(name, str) and name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+
+
+def checksums_json(folder: str | Path, names: Iterable[str]) -> bytes:
+    """The ``checksums.json`` bytes for the files ``names`` in ``folder``, as they are on disk now."""
+    folder = Path(folder)
+    digests = {name: file_sha256(folder / name) for name in sorted(names)}
+    return (json.dumps({"sha256": digests}, indent=2) + "\n").encode("utf-8")
+
+
+def verify_checksums(folder: str | Path, required: Collection[str]) -> bool:
+    """Check every file ``checksums.json`` lists against its SHA-256; False if the folder has no ``checksums.json``.
+
+    ``required``: files the list must cover, so that dropping a line cannot
+    exempt a file. Every problem is an :class:`~labsrc.errors.InvalidRecord`
+    naming the file and the field ``sha256``.
+    """
+    folder = Path(folder)
+    path = folder / CHECKSUMS_FILE
+    if not path.exists() and not path.is_symlink():
+        return False
+    recorded = load_json(path)
+    table = recorded.get("sha256") if isinstance(recorded, dict) else None
+    if not isinstance(table, dict):
+        raise InvalidRecord('expected {"sha256": {file name: hex digest}}', path=path, field="sha256")
+    for name, digest in table.items():
+        if not is_file_name(name) or name == CHECKSUMS_FILE:
+            raise InvalidRecord(f"{name!r} is not the name of a file in the folder", path=path, field="sha256")
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            raise InvalidRecord(f"{name!r}: {digest!r} is not a SHA-256 (64 lowercase hex digits)", path=path,
+                                field="sha256")  # fmt: skip
+    missing = sorted(set(required) - set(table))
+    if missing:
+        raise InvalidRecord(f"records no digest for {', '.join(missing)}; every file the lab writes must be covered",
+                            path=path, field="sha256")  # fmt: skip
+    for name in sorted(table):
+        file = folder / name
+        if not file.exists() and not file.is_symlink():
+            raise InvalidRecord(f"missing, but {CHECKSUMS_FILE} lists it", path=file, field="sha256")
+        actual = file_sha256(file)
+        if actual != table[name]:
+            raise InvalidRecord(
+                f"its SHA-256 is {actual[:16]}..., not the {table[name][:16]}... recorded in {CHECKSUMS_FILE}: the "
+                "file changed after the lab wrote it (a bit flip, an edit, two ids swapped); restore the folder or "
+                "write it again (labsrc embed)",
+                path=file,
+                field="sha256",
+            )
+    return True
