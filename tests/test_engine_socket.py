@@ -118,7 +118,7 @@ def socket_directory(dsn: str, pgdata: Path, shown: str) -> Path:
     return from_dsn
 
 
-def assert_private(socket_dir: Path, pgdata: Path) -> None:
+def assert_private(socket_dir: Path, pgdata: Path, port: int = 5432) -> None:
     """Mode 0700, a real directory owned by the server's user, holding the socket; no ancestor others may write
     to without the sticky bit (which is what keeps them from swapping our directory, as in /tmp)."""
     info = socket_dir.lstat()
@@ -126,7 +126,7 @@ def assert_private(socket_dir: Path, pgdata: Path) -> None:
     assert stat.S_IMODE(info.st_mode) == 0o700
     assert info.st_uid == server_uid(pgdata)
     sockets = [p for p in socket_dir.iterdir() if stat.S_ISSOCK(p.lstat().st_mode)]
-    assert [p.name for p in sockets] == [".s.PGSQL.5432"]
+    assert [p.name for p in sockets] == [f".s.PGSQL.{port}"]
     for parent in socket_dir.parents:
         mode = parent.stat().st_mode
         assert not mode & stat.S_IWOTH or mode & stat.S_ISVTX, f"{parent} is world-writable ({oct(mode)})"
@@ -261,3 +261,41 @@ def test_a_directory_too_long_for_a_socket_gets_a_short_private_one(tmp_path):
 )  # fmt: skip
 def test_socket_path_fits(path, fits):
     assert socket_path_fits(path) is fits
+
+
+REPLICA_CHILD = r'''
+import json, sys
+import psycopg
+from labsrc.engines import EmbeddedServer, StreamingReplica
+
+with EmbeddedServer() as server, StreamingReplica(server) as replica:
+    with psycopg.connect(replica.dsn, connect_timeout=10) as conn:
+        shown = conn.execute("SHOW unix_socket_directories").fetchone()[0]
+        standby = conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]
+    print(json.dumps({"dsn": replica.dsn, "shown": shown, "data": str(replica.data_directory), "standby": standby}),
+          flush=True)
+    sys.stdin.readline()  # the test looks around first
+print("stopped", flush=True)
+'''
+
+
+@requires_postgres
+def test_a_replica_under_a_long_tmpdir_gets_a_private_socket_directory_too(long_env):
+    env, long_tmp, runtime = long_env
+    child = Child(["-c", REPLICA_CHILD], env=env)
+    try:
+        info = json.loads(child.line())
+        assert info["standby"] is True
+        pgdata = Path(info["data"])
+        assert pgdata.is_relative_to(long_tmp) and not socket_path_fits(pgdata)  # its own directory is too long
+        socket_dir = Path(info["shown"])
+        assert f"host={socket_dir}" in info["dsn"] or str(socket_dir) in info["dsn"]
+        assert len(os.fsencode(socket_dir / ".s.PGSQL.5433")) < SUN_PATH_BYTES
+        assert_private(socket_dir, pgdata, port=5433)
+        child.send("stop")
+        assert child.line() == "stopped"
+        assert child.wait() == 0
+        wait_until_gone(socket_dir)
+        assert list(long_tmp.iterdir()) == []
+    finally:
+        child.close()

@@ -52,6 +52,7 @@ from labsrc.engines.server import (
     _start_reaper,
     require_psycopg,
 )
+from labsrc.engines.socket_dir import make_socket_directory
 from labsrc.errors import InvalidArgument, LabError
 
 __all__ = ["Replay", "StreamingReplica", "replay_lsn_behind", "wait_for_lsn"]
@@ -153,18 +154,23 @@ class StreamingReplica:
         self._bin = Path(_import("pgserver", "the streaming replica").__file__).parent / "pginstall" / "bin"
         self._tmp = Path(tempfile.mkdtemp(prefix="labsrc-replica-", dir=directory))  # mode 0700
         self._reaper: subprocess.Popen | None = None
+        self._socket: Path | None = None
         self._running = False
         try:
             self._as_user = _server_user(primary_data)
+            # The socket's directory: 0700, and short enough for a Unix socket whatever TMPDIR is
+            # (labsrc.engines.socket_dir); the reaper deletes it with the rest.
+            self._socket = make_socket_directory(self._tmp)
             if self._as_user is not None:
                 os.chown(self._tmp, self._as_user["uid"], self._as_user["gid"])
-            self._reaper = _start_reaper(self._tmp)
+                os.chown(self._socket, self._as_user["uid"], self._as_user["gid"])
+            self._reaper = _start_reaper(self._tmp, self._socket)
             self._check_primary()
             self._copy()
             self._configure()
             self._start()
             self.dsn: str = self._psycopg.conninfo.make_conninfo(
-                "", host=str(self._tmp), port=str(port), user="postgres", dbname="postgres"
+                "", host=str(self._socket), port=str(port), user="postgres", dbname="postgres"
             )
         except Exception as exc:
             self.stop()
@@ -250,7 +256,8 @@ class StreamingReplica:
         """Append the replica's own settings to ``postgresql.auto.conf`` (after ``-R``'s ``primary_conninfo``)."""
         settings = {
             "listen_addresses": "",  # no TCP, like the embedded primary
-            "unix_socket_directories": str(self._tmp),
+            "unix_socket_directories": str(self._socket),
+            "unix_socket_permissions": "0700",
             "port": str(self.port),
             "cluster_name": self.name,
             "hot_standby": "on",  # serve read-only queries while replaying
@@ -317,7 +324,7 @@ class StreamingReplica:
             except LabError:  # already dead, or slow: the reaper finishes the job
                 pass
         reaper, self._reaper = self._reaper, None
-        _finish_reaper(reaper, self._tmp)
+        _finish_reaper(reaper, self._tmp, *([self._socket] if self._socket is not None else []))
 
     def __enter__(self) -> StreamingReplica:
         return self
