@@ -17,6 +17,10 @@ from labsrc.engines.authorize import (
     RequestSigner,
     check_caller_text,
 )
+from labsrc.engines.deadline import (
+    Deadline,
+    watch,
+)
 from labsrc.engines.errors import (
     check_storable,
     driver_errors,
@@ -149,6 +153,8 @@ __all__ = [
     "RetrieverUnderTest",
     "StreamingReplica",
     "Timeouts",
+    "Deadline",
+    "watch",
     "leftover_state",
     "LOCK_CLASS",
     "MARKER_PREFIX",
