@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from labsrc.errors import InvalidArgument, LabError
+from labsrc.records.checks import check_utf8
 
 if TYPE_CHECKING:
     from labsrc.engines.pool import Timeouts
@@ -41,13 +42,7 @@ def check_storable(value: str, what: str) -> None:
     """
     if "\x00" in value:
         raise InvalidArgument(f"{what} contains a NUL character, which PostgreSQL text cannot store")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidArgument(
-            f"{what} is not valid Unicode (a lone surrogate at position {exc.start}), which PostgreSQL's UTF-8 "
-            "text cannot store"
-        ) from None
+    check_utf8(value, what, "PostgreSQL's")
 
 
 def first_line(exc: BaseException) -> str:

@@ -167,11 +167,7 @@ def drop_orphans(conn: Any) -> list[str]:
         try:
             role = reader_role(schema)
             with conn.transaction():
-                # Sessions of the role would block DROP ROLE (the dead process's own are already gone).
-                conn.execute(
-                    "SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE usename = %s", (role,)
-                )
-                drop_store(conn, schema, role)
+                drop_store(conn, schema, role)  # ends the role's sessions first, as PostgresStore.close does
             dropped.append(schema)
         except psycopg.OperationalError:
             raise

@@ -317,8 +317,12 @@ def enable_row_security(conn: Any, schema: str, role: str) -> None:
 
 
 def drop_store(conn: Any, schema: str, role: str) -> None:
-    """Drop the schema (tables, policies, indexes) and the reader role."""
+    """End the reader role's sessions (they would block ``DROP ROLE``), then drop the schema (tables, policies,
+    indexes) and the role."""
     sql = _sql()
+    conn.execute(
+        "SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE usename = %s", (role,)
+    )
     conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
     exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
     if exists:

@@ -316,11 +316,7 @@ class PostgresStore:
             if self.admin is not None and self.server is None:  # an embedded server is deleted whole
                 try:
                     with self._admin_lock, driver_errors(self.server_name, self.timeouts):
-                        # Other sessions of the role (connect_as ones left open) would block DROP ROLE.
-                        self.admin.execute(
-                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (self.role,)
-                        )
-                        drop_store(self.admin, self.schema, self.role)
+                        drop_store(self.admin, self.schema, self.role)  # ends connect_as sessions left open too
                 except LabError as exc:
                     if not isinstance(exc.__cause__, self._psycopg.OperationalError):
                         raise

@@ -38,6 +38,7 @@ import numpy as np
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.dense import check_vector
 from labsrc.patterns.filters import compile_filter_sql
+from labsrc.records.checks import check_utf8
 from labsrc.records.files import as_path
 from labsrc.records.loading import parse_json
 
@@ -67,20 +68,9 @@ CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks(doc_id);
 
 
 def _storable(value: str, field: str, owner: str | None) -> str:
-    """Refuse what SQLite's UTF-8 text cannot hold (a lone surrogate) before the driver raises a bare UnicodeEncodeError.
-
-    The wording mirrors :func:`labsrc.engines.errors.check_storable` (the PostgreSQL
-    engine's check), so both stores blame a value the same way; it is repeated
-    here, not imported, so the SQLite store does not depend on the PostgreSQL engine.
-    """
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        where = f"{owner}: field {field!r}" if owner else f"field {field!r}"
-        raise InvalidArgument(
-            f"{where} is not valid Unicode (a lone surrogate at position {exc.start}), which SQLite's UTF-8 text "
-            "cannot store"
-        ) from None
+    """Refuse what SQLite's UTF-8 text cannot hold (a lone surrogate) before the driver raises a bare
+    UnicodeEncodeError, in the words the PostgreSQL engine uses (:func:`~labsrc.records.checks.check_utf8`)."""
+    check_utf8(value, f"{owner}: field {field!r}" if owner else f"field {field!r}", "SQLite's")
     return value
 
 

@@ -17,6 +17,7 @@ from labsrc.records.cases import (
 from labsrc.records.checks import (
     check_caller,
     check_chunks,
+    check_utf8,
 )
 from labsrc.records.checksums import (
     CHECKSUMS_FILE,
@@ -72,6 +73,7 @@ __all__ = [
     "cases_digest",
     "check_caller",
     "check_chunks",
+    "check_utf8",
     "checksums_json",
     "chunk_lookup",
     "commit_dir",

@@ -1,4 +1,4 @@
-"""Argument checks for the records every stage takes: a caller, a corpus of chunks.
+"""Argument checks for the records every stage takes: a caller, a corpus of chunks, text a store keeps.
 
 Public entry points (retrievers, lanes, the boundary) call these first, so a
 wrong type is an :class:`~labsrc.errors.InvalidArgument` naming the argument and
@@ -13,7 +13,20 @@ from typing import Any
 from labsrc.errors import InvalidArgument
 from labsrc.records.policy import Caller, PolicyChunk
 
-__all__ = ["check_caller", "check_chunks"]
+__all__ = ["check_caller", "check_chunks", "check_utf8"]
+
+
+def check_utf8(value: str, what: str, store: str) -> None:
+    """Refuse a string UTF-8 cannot encode (a lone surrogate, as ``surrogateescape`` decoding leaves) before a
+    store's driver raises a bare ``UnicodeEncodeError``. ``what`` names the value, ``store`` the store
+    (``"PostgreSQL's"``, ``"SQLite's"``), both in the message."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(
+            f"{what} is not valid Unicode (a lone surrogate at position {exc.start}), which {store} UTF-8 text "
+            "cannot store"
+        ) from None
 
 
 def check_caller(caller: object, name: str = "caller") -> Caller:
