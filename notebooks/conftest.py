@@ -26,6 +26,13 @@ BEIR_NOTEBOOKS = {
 POSTGRES_NOTEBOOKS = frozenset({"12-into-a-real-database.ipynb"})
 
 
+def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
+    # The smoke tier (pytest -m smoke, see tests/tiers.py) runs no notebook: skip parsing them.
+    if (config.getoption("markexpr", "") or "").strip() == "smoke":
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     missing: dict[str, bool] = {}
     engine_missing = postgres_available()

@@ -4,6 +4,21 @@ import pytest
 
 import labsrc
 
+from tiers import SMOKE_MODULES, smoke_only
+
+
+def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
+    # The smoke tier does not even import the other modules: collecting every one costs a minute.
+    if smoke_only(config) and collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+        return collection_path.name not in SMOKE_MODULES
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SMOKE_MODULES and item.path.parent.name == "tests":
+            item.add_marker(pytest.mark.smoke)
+
 
 @pytest.fixture(scope="session")
 def data() -> labsrc.Lesson:

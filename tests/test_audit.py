@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import sys
 
 import pytest
 
@@ -124,6 +125,22 @@ def test_each_gate_run_reports_its_phases_under_its_subject_and_dataset(lesson_d
     # Each phase counts up to its total.
     assert all(0 < done <= total for _, done, total in heard)
     assert ("policy-retriever on lesson: cases", len(lesson_data.cases), len(lesson_data.cases)) in heard
+
+
+def test_without_the_audit_extra_the_audit_exits_2_naming_the_subject_and_the_extra(monkeypatch) -> None:
+    # The import really fails, as it does when installed without extras (sys.modules[name] = None makes
+    # `import qdrant_client` raise ImportError), in the gate's forked build worker too.
+    monkeypatch.setitem(sys.modules, "qdrant_client", None)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["audit", "--subjects", "qdrant-filter", "--data", f"lesson={fixtures_dir() / 'lesson'}", "--no-progress"])
+    assert code == 2
+    assert "| qdrant-filter | lesson | ERROR |" in out.getvalue()
+    [line] = err.getvalue().strip().splitlines()
+    assert line.startswith("labsrc: error: 1 of 1 audit rows could not run (qdrant-filter): the qdrant-filter subject "
+                           "raised while building (every stored chunk, 5 chunks): MissingDependency: the Qdrant subject "
+                           "needs the audit extra: pip install 'hybrid-retrieval-lab[audit]'")
+    assert "labsrc.audit." not in line  # the subject as the user named it, not the class inside the lab
 
 
 def test_a_subject_that_cannot_run_makes_the_audit_exit_2_naming_it(monkeypatch, tmp_path) -> None:

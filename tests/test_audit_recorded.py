@@ -1,7 +1,7 @@
-"""The recorded audit (``fixtures/audit/rows.jsonl``): what the README's table and notebook 13 show.
+"""The recorded audit (``fixtures/audit/rows.jsonl``): what docs/audit.md's table and notebook 13 show.
 
 It is the ``--rows`` file of one ``labsrc audit`` over every subject on the lesson, the
-policy corpus and SciFact. These tests hold the README to it, hold it to the datasets
+policy corpus and SciFact. These tests hold docs/audit.md to it, hold it to the datasets
 it claims to have audited (a changed fixture makes its digest stale: run the audit
 again), and check what the issue asks of it: every subject on every dataset, the
 controls passing every gate, and no row that could not run.
@@ -30,9 +30,9 @@ def rows():
     return load_rows(RECORDED)
 
 
-def test_the_readme_table_is_the_recorded_audit(rows) -> None:
-    assert audit_markdown(rows) in (ROOT / "README.md").read_text(encoding="utf-8"), (
-        f"the README's audit table is not {RECORDED.name}'s; paste the table `{REGENERATE}` prints")
+def test_the_documented_table_is_the_recorded_audit(rows) -> None:
+    assert audit_markdown(rows) in (ROOT / "docs" / "audit.md").read_text(encoding="utf-8"), (
+        f"docs/audit.md's table is not {RECORDED.name}'s; paste the table `{REGENERATE}` prints")
 
 
 def test_every_subject_on_every_dataset_in_the_registry_order(rows) -> None:

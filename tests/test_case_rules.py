@@ -57,10 +57,31 @@ def test_safety_case_needs_one_chunk_hidden_for_its_own_reason():
     assert problems(kind="restricted", forbidden=("vip", "old")) == []
 
 
-def test_superseded_covers_both_directions_of_freshness():
+def test_each_direction_of_freshness_has_its_own_kind():
     assert problems(kind="superseded", forbidden=("old",)) == []
-    assert problems(kind="superseded", forbidden=("future",)) == []
+    assert problems(kind="not_yet_effective", forbidden=("future",)) == []
     assert problems(kind="wrong_region", forbidden=("us",)) == []
+
+
+def test_superseded_is_strict_and_names_the_kind_that_fits():
+    # A rule that has not started yet is not superseded: the case would test the other end of the window.
+    case = labsrc.Case("c", "holiday", "luna", "superseded", forbidden=("future",))
+    [problem] = case_problems(case, CALLERS, CHUNKS, DAY)
+    assert (problem.field, problem.value) == ("kind", "superseded")
+    assert problem.message == (
+        "none of the forbidden chunks is hidden from 'luna' on 2026-05-27 for being superseded "
+        "(future is hidden as not_yet_effective); make it a 'not_yet_effective' case, the kind that matches why "
+        "they are hidden"
+    )
+
+
+def test_not_yet_effective_is_strict_and_names_the_kind_that_fits():
+    case = labsrc.Case("c", "old rule", "luna", "not_yet_effective", forbidden=("old",))
+    [problem] = case_problems(case, CALLERS, CHUNKS, DAY)
+    assert (problem.field, problem.value) == ("kind", "not_yet_effective")
+    assert "for being not_yet_effective (old is hidden as superseded); make it a 'superseded' case" in problem.message
+    # One chunk hidden for the case's own reason among others is enough, as for the other kinds.
+    assert problems(kind="not_yet_effective", forbidden=("future", "old")) == []
 
 
 def test_the_case_date_takes_precedence():

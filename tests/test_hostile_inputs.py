@@ -538,8 +538,8 @@ def test_a_staging_folder_of_another_target_or_another_kind_is_never_touched(tmp
     assert other.is_dir() and mine.is_dir()
 
 
-def test_the_readme_says_where_staging_folders_live_and_when_they_go():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+def test_the_docs_say_where_staging_folders_live_and_when_they_go():
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     assert ".<name>.staging-" in readme
     section = readme[readme.index(".<name>.staging-") - 600 : readme.index(".<name>.staging-") + 800]
     assert "next save" in section and "load" in section and "process" in section

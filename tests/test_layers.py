@@ -106,7 +106,8 @@ def test_top_level_api_is_curated():
 
 
 @pytest.mark.parametrize(
-    "package", ["records", "lanes", "fusion", "retriever", "datasets", "evaluation", "audit", "patterns", "course"]
+    "package",
+    ["records", "lanes", "fusion", "retriever", "datasets", "evaluation", "audit", "patterns", "course", "testing"],
 )
 def test_subpackage_reexports_its_modules(package):
     module = __import__(f"labsrc.{package}", fromlist=["__all__"])

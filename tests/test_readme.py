@@ -38,13 +38,12 @@ def test_quickstart_has_exactly_two_bash_blocks_on_the_first_screen():
         assert line.strip() in ci_lines  # .ci/run installs and tests exactly as the README says
 
 
-def test_readme_example_lines_of_chunks_and_vectors_load(tmp_path):
-    import re
-
+def test_the_record_pages_lines_of_chunks_and_vectors_load(tmp_path):
     from labsrc.lanes.dense import load_vectors
     from labsrc.records.loading import load_chunks
 
-    blocks = re.findall(r"```json\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    records = README.parent / "docs" / "records.md"
+    blocks = re.findall(r"```json\n(.*?)```", records.read_text(encoding="utf-8"), re.S)
     [vectors] = [b for b in blocks if '"documents"' in b]
     [chunk] = [b for b in blocks if '"effective_from"' in b]
     (tmp_path / "vectors.json").write_text(vectors, encoding="utf-8")

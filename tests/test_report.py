@@ -236,6 +236,8 @@ def test_latency_frame_empty_when_not_measured(data) -> None:
 def test_markdown_summary(passing) -> None:
     text = report_markdown(passing)
     assert text.startswith("# Release gate report\n")
-    assert "**PASS**: 10 of 10 gates pass for retriever `PolicyRetriever` on 2026-05-27" in text
+    # The lesson has no not_yet_effective case (all five chunks are in force on its date).
+    assert ("**PASS**: 10 of 10 tested gates pass, 1 gate NOT TESTED for retriever `PolicyRetriever` on 2026-05-27"
+            in text)
     assert "| bm25 | 0.67 |" in text and "| hybrid | 1.00 |" in text
     assert "| restricted exclusion | PASS |" in text

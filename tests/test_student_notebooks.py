@@ -175,4 +175,5 @@ def test_a_restricted_case_forbidding_a_superseded_chunk_is_refused_as_labsrc_ga
     assert ename == "AssertionError" and "not yet: see the hint above" in evalue
     assert ("Hint: labsrc gate would refuse this case: case 'my-merchant-refund', field 'kind', value 'restricted': "
             "none of the forbidden chunks is hidden from 'luna-48291'") in printed
-    assert "for being restricted; pick the kind that matches why they are hidden" in printed
+    assert ("for being restricted (eu-refurb-v1-rule is hidden as superseded); make it a 'superseded' case, "
+            "the kind that matches why they are hidden") in printed

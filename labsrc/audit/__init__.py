@@ -6,11 +6,14 @@ DuckDB, LanceDB, Milvus Lite, LlamaIndex, Chroma and pgvector HNSW, each filteri
 recommends, with the lab's retrievers as controls. :func:`run_audit` puts each
 through the gate (:func:`labsrc.gate.gate_retriever`) on each dataset: the
 lesson, the policy corpus, or a BEIR collection under a permission layout.
+:func:`gate_from_files` gates one retriever on a team's own files (what
+``labsrc gate`` and :mod:`labsrc.testing` run).
 """
 
 from labsrc.audit.chroma_filter import ChromaFilter
 from labsrc.audit.common import OPEN_END, boundary_metadata, dense_source, document_vectors, permits
 from labsrc.audit.duckdb_hybrid import DuckDBHybrid, load_extensions
+from labsrc.audit.gate_files import LabRetriever, as_gate_config, gate_from_files
 from labsrc.audit.lancedb_hybrid import LanceDBHybrid, boundary_where
 from labsrc.audit.langchain_ensemble import FETCH_K, WEIGHTS, LangChainEnsemble
 from labsrc.audit.llamaindex_bm25 import LlamaIndexHybrid
@@ -49,12 +52,14 @@ __all__ = [
     "boundary_where",
     "load_extensions",
     "FETCH_K",
+    "LabRetriever",
     "LangChainEnsemble",
     "OPEN_END",
     "QdrantFilter",
     "SharedServerFactory",
     "TantivyFilter",
     "WEIGHTS",
+    "as_gate_config",
     "boundary_metadata",
     "dense_source",
     "document_vectors",
@@ -72,6 +77,7 @@ __all__ = [
     "ROW_STATUSES",
     "save_rows",
     "load_dataset",
+    "gate_from_files",
     "load_factory",
     "parse_spec",
     "plot_audit",

@@ -29,7 +29,7 @@ from labsrc.errors import InvalidArgument, LabError
 from labsrc.gate.config import GateConfig, load_gate_config
 from labsrc.gate.gates import GateRun, gate_retriever
 from labsrc.evaluation.latency import Progress
-from labsrc.evaluation.subject import close_subject
+from labsrc.evaluation.subject import close_subject, name_factory
 from labsrc.lanes.dense import DenseSource
 from labsrc.lanes.sources import load_dense_source, visible_chunks
 from labsrc.records.cases import Case, load_cases
@@ -58,7 +58,8 @@ AUDIT_GATES = (
 _WHY_ORDER = ("factory indexes what it is handed", "boundary on every returned id", "noninterference by rebuild",
               "noninterference by bait", "same answers under concurrent requests", "repeatable builds",
               "search errors", "exclusion", "recall")
-_EXCLUSION = ("restricted exclusion", "superseded exclusion", "wrong_region exclusion", "abstention")
+_EXCLUSION = ("restricted exclusion", "superseded exclusion", "not_yet_effective exclusion", "wrong_region exclusion",
+              "abstention")
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class AuditDataset:
 
 
 #: Cases per kind on a BEIR collection: every positive, 20 of each negative kind.
-BEIR_CASES = MappingProxyType({"restricted": 20, "superseded": 20, "wrong_region": 20})
+BEIR_CASES = MappingProxyType({"restricted": 20, "superseded": 20, "not_yet_effective": 20, "wrong_region": 20})
 #: The gate on a BEIR collection: Recall@10 of the hybrid at least 0.8 (PolicyRetriever measured 0.94 on SciFact
 #: under the layout: BM25 0.86, MiniLM 0.93, over 71 positive cases).
 BEIR_GATE = MappingProxyType({"top_k": 10, "min_recall": {"hybrid": 0.8}, "hybrid_rule": "at_least"})
@@ -220,7 +221,7 @@ def _audit_one(subject: AuditSubject, data: AuditDataset, bars: Progress | None)
     factory = None
     started = time.perf_counter()
     try:
-        factory = subject.make(data.config)
+        factory = name_factory(subject.make(data.config), f"the {subject.name} subject")
         run = gate_retriever(factory, data.chunks, data.callers, data.cases, data.vectors, data.config,
                              measure=False, label=subject.name, progress=_named(bars, f"{subject.name} on {data.name}"))
         return audit_row(subject.name, data.name, run, digest=data.digest, description=subject.description,
@@ -261,7 +262,7 @@ def audit_frame(rows: Sequence[AuditRow]) -> pd.DataFrame:
 
 
 def audit_markdown(rows: Sequence[AuditRow]) -> str:
-    """The audit table as Markdown (the README's and notebook 13's)."""
+    """The audit table as Markdown (docs/audit.md's and notebook 13's)."""
     frame = audit_frame(rows)
     header = "| " + " | ".join(frame.columns) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"

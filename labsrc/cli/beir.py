@@ -36,6 +36,7 @@ from labsrc.evaluation.significance import (
     check_permutations,
 )
 from labsrc.gate.verdicts import plural
+from labsrc.records.files import atomic_write_bytes
 
 __all__ = ["format_significance", "format_table", "register", "run"]
 
@@ -87,9 +88,35 @@ def _parse_lanes(text: str) -> list[str]:
     return lanes
 
 
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and the parents of it that do not exist yet, deepest first: what creating it would add."""
+    return [p for p in (folder, *folder.parents) if not p.exists()]
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    """Remove each of the folders this run created that is still empty, deepest first (children before parents)."""
+    for folder in sorted(set(folders), key=lambda p: len(p.parts), reverse=True):
+        try:
+            folder.rmdir()
+        except OSError:  # it holds a complete file (kept, and so are its parents), or it is gone already
+            pass
+
+
 def run(args: argparse.Namespace) -> int:
     lanes = _parse_lanes(args.lanes)
     check_permutations(args.permutations, "--permutations")
+    # The output folders the checks below create: an interrupted or failed run removes them again if it
+    # wrote nothing into them (Ctrl-C while the collection loads left an empty --run-dir behind).
+    created = [*(_missing_folders(Path(args.run_dir)) if args.run_dir else []),
+               *(_missing_folders(Path(args.json).parent) if args.json else [])]
+    try:
+        return _run(args, lanes)
+    except BaseException:
+        _remove_if_empty(created)
+        raise
+
+
+def _run(args: argparse.Namespace, lanes: list[str]) -> int:
     # Output paths first: a read-only --json or --run-dir is exit 2 now, not a traceback after the run.
     if args.json:
         check_out_file(args.json, "--json")
@@ -128,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_significance(result.significance))
     if args.json:
         path = Path(args.json)
-        path.write_text(json.dumps(result.to_json(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        atomic_write_bytes(path, (json.dumps(result.to_json(), indent=2, sort_keys=False) + "\n").encode("utf-8"))
         print(f"\nwrote {path}")
     if args.run_dir:
         run_dir = Path(args.run_dir)
@@ -189,7 +216,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"random sign assignments per paired test of two lanes (default {DEFAULT_PERMUTATIONS})",
     )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="N", help=f"the paired tests' random seed (default {DEFAULT_SEED})")
-    parser.add_argument("--no-progress", action="store_true", help="never draw progress bars (they draw only when stderr is a terminal)")
+    parser.add_argument("--no-progress", action="store_true", help="show no progress (bars when stderr is a terminal, else a heartbeat line at most every 15 s)")
     parser.add_argument("--json", metavar="OUT", help="write metrics, config and versions as JSON")
     parser.add_argument("--run-dir", metavar="DIR", help="write one TREC run file per lane")
     parser.set_defaults(func=run)

@@ -126,9 +126,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         chunks, queries = load_chunks(args.chunks), (read_queries(args.queries) if args.queries else {})
     progress = make_progress(args.no_progress)
-    if progress is not None and progress.enabled:
+    if progress is not None:  # a bar on a terminal, a heartbeat line in a log
         encoder = ProgressEncoder(encoder, progress, ("embed corpus", "embed queries"), step=8 * args.batch_size)
-    else:
+    if progress is None or not progress.draws:
         _quiet_transformers()  # its own "Loading weights" bar too: no bars in CI logs and pipes
     record = embed_to_dir(chunks, queries, out, encoder, model)
     print(
@@ -151,7 +151,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "corpus_ids.txt, queries.npy, query_ids.txt, queries.jsonl and MODEL.json into DIR. "
             "With --beir, embed a BEIR collection's corpus and queries into <collection>/vectors/"
             f"{BEIR_VECTORS_NAME}/, where 'labsrc beir' reads them. "
-            "Needs the 'embed' extra: pip install torch==2.13.0 && pip install -e '.[embed]'. "
+            "Needs the 'embed' extra: pip install torch==2.13.0 && pip install 'hybrid-retrieval-lab[embed]'. "
             "Exit status: 0 written, 2 bad input or a missing extra."
         ),
     )
@@ -175,5 +175,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--force", action="store_true", help="with --beir, compute the vectors again over existing ones")
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="texts per forward pass (default: 32)")
-    parser.add_argument("--no-progress", action="store_true", help="never draw the progress bar (it draws only when stderr is a terminal)")
+    parser.add_argument("--no-progress", action="store_true", help="show no progress (bars when stderr is a terminal, else a heartbeat line at most every 15 s)")
     parser.set_defaults(func=run)

@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from labsrc.errors import InvalidArgument
+from labsrc.evaluation.subject import name_factory
 from labsrc.lanes.dense import DenseSource, Encoder
 from labsrc.records.policy import PolicyChunk
 from labsrc.retriever.policy import PolicyRetriever
@@ -76,10 +77,11 @@ def engine_factory(args: argparse.Namespace, **kwargs: Any) -> tuple[Any, str]:
         if dsn is not None:
             raise InvalidArgument("--dsn applies to --engine postgres only")
         kwargs.pop("progress", None)
-        return partial(PolicyRetriever, **kwargs), "memory"
+        # Its errors name the engine as the user chose it, not the class inside the lab that builds it.
+        return name_factory(partial(PolicyRetriever, **kwargs), "the memory engine"), "memory"
     from labsrc.audit.pgvector_hnsw import SharedServerFactory
 
-    factory = SharedServerFactory(dsn, **kwargs)
+    factory = name_factory(SharedServerFactory(dsn, **kwargs), "the postgres engine")
     _OPEN.callback(factory.close)
     return factory, "postgres"
 

@@ -19,22 +19,16 @@ import argparse
 import datetime as dt
 import sys
 
-from labsrc.audit.plugin import load_factory
+from labsrc.audit.gate_files import gate_from_files
 from labsrc.cli.engines import engine_factory
 from labsrc.cli.outputs import check_out_dir, check_out_file
 from labsrc.cli.progress import make_progress
 from labsrc.cli.report import add_run_options, apply_overrides, print_gate_table
-from labsrc.errors import InvalidArgument, InvalidRecord
-from labsrc.gate.case_rules import check_cases
-from labsrc.gate.config import GateConfig, load_gate_config
-from labsrc.gate.gates import gate_retriever
+from labsrc.errors import InvalidArgument
 from labsrc.reports.junit import write_junit
 from labsrc.reports.report import write_report
-from labsrc.lanes.coverage import missing_vectors_note
-from labsrc.lanes.dense import DenseSource
 from labsrc.lanes.sources import load_dense_source, visible_chunks
-from labsrc.records.cases import iter_cases
-from labsrc.records.loading import load_callers, load_chunks, parse_date
+from labsrc.records.loading import parse_date
 
 __all__ = ["iso_date", "load_dense_source", "register", "run", "visible_chunks"]
 
@@ -53,46 +47,18 @@ def run(args: argparse.Namespace) -> int:
         check_out_dir(args.out)
     if args.junit_xml:
         check_out_file(args.junit_xml, "--junit-xml")
-    chunks = load_chunks(args.chunks)
-    callers = load_callers(args.callers)
-    located = list(
-        iter_cases(args.cases, chunk_ids={c.chunk_id for c in chunks}, caller_ids={c.actor_id for c in callers})
-    )
-    cases = [case for _, case in located]
-    if not cases:
-        raise InvalidRecord(
-            "the case file holds no cases; a gate with nothing to replay cannot pass (write one case per line)",
-            path=args.cases,
-        )
-    config = load_gate_config(args.config) if args.config else GateConfig()
-    config = apply_overrides(config, args)
-    # The one case rule (labsrc.gate.case_rules): a case must test what its kind says.
-    check_cases(
-        cases,
-        {c.actor_id: c for c in callers},
-        {c.chunk_id: c for c in chunks},
-        config.eval_date(),
-        path=args.cases,
-        lines={case.name: line for line, case in located},
-    )
-    factory = None
-    if args.retriever:
-        if args.engine is not None or args.dsn is not None:
-            raise InvalidArgument("--retriever judges your own retriever; --engine and --dsn choose the lab's: give one or the other")
-        factory = load_factory(args.retriever)  # before loading vectors: a typo fails fast
-    source: DenseSource | None = None
-    if args.vectors or factory is None:
-        source = load_dense_source(args.vectors, visible_chunks(chunks, callers, cases, config.eval_date()), cases)
-    # Positive cases only: a negative case whose dense lane is empty cannot leak through it.
-    positives = [c for c in cases if c.kind == "positive"]
-    if args.vectors and (note := missing_vectors_note(source, positives, chunks_path=args.chunks, cases_path=args.cases, vectors_path=args.vectors)):
-        print(f"labsrc: warning: {note}", file=sys.stderr)
+    if args.retriever and (args.engine is not None or args.dsn is not None):
+        raise InvalidArgument("--retriever judges your own retriever; --engine and --dsn choose the lab's: give one or the other")
     progress = make_progress(args.no_progress)
-    if factory is not None:
-        label = args.retriever
-    else:
-        factory, label = engine_factory(args, rrf_k=config.rrf_k, progress=progress)
-    result = gate_retriever(factory, chunks, callers, cases, source, config, progress=progress, label=label)
+    # The pipeline the pytest integration (labsrc.testing) runs too: same inputs, same verdicts.
+    result = gate_from_files(
+        args.chunks, args.callers, args.cases, args.retriever or None,
+        vectors=args.vectors, config=args.config,
+        adjust=lambda config: apply_overrides(config, args),
+        lab_retriever=lambda config: engine_factory(args, rrf_k=config.rrf_k, progress=progress),
+        progress=progress,
+        warn=lambda note: print(f"labsrc: warning: {note}", file=sys.stderr),
+    )
     print_gate_table(result)
     if args.out:
         write_report(result, args.out)
@@ -110,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Replay a case file through the permission-safe hybrid retriever, or your own "
             "(--retriever MODULE:FACTORY), and check every gate: "
-            "Recall@k per lane, hybrid vs each lane, restricted/superseded/wrong-region exclusion at "
+            "Recall@k per lane, hybrid vs each lane, restricted/superseded/not-yet-effective/wrong-region exclusion at "
             "full depth, abstention, the boundary on every returned id, noninterference by rebuild "
             "(a build over each caller's permitted chunks only) and by bait, and p50/p95 stage latency. "
             "A gate with no cases is NOT TESTED (it fails the run only if the config sets require_cases). "

@@ -15,7 +15,7 @@ from labsrc.cli.engines import add_engine_options, engine_factory
 from labsrc.cli.outputs import check_out_dir
 from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir, lesson
-from labsrc.gate.config import LANES, GateConfig, load_gate_config
+from labsrc.gate.config import LANES, MAX_REPETITIONS, GateConfig, load_gate_config
 from labsrc.errors import InvalidArgument
 from labsrc.gate.gates import GateRun, gate_retriever
 from labsrc.reports.report import (
@@ -101,7 +101,8 @@ def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``report`` and ``gate``: overrides of the config and the progress bar."""
     parser.add_argument("--top-k", type=int, metavar="N", help="override the config's top_k (results per lane and fused)")
-    parser.add_argument("--repetitions", type=int, metavar="N", help="override the config's timed repetitions")
+    parser.add_argument("--repetitions", type=int, metavar="N",
+                        help=f"override the config's timed repetitions (1 to {MAX_REPETITIONS:,})")
     parser.add_argument("--build-timeout", type=float, metavar="SECONDS",
                         help="override the config's build_timeout_s: a build (each in its own worker process) that "
                              "takes longer fails")
@@ -111,7 +112,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, metavar="THREADS",
                         help="override the config's concurrency: threads the concurrency probe replays every case "
                              "from at once (0: no probe)")
-    parser.add_argument("--no-progress", action="store_true", help="never draw progress bars (they draw only when stderr is a terminal)")
+    parser.add_argument("--no-progress", action="store_true", help="show no progress (bars when stderr is a terminal, else a heartbeat line at most every 15 s)")
     add_engine_options(parser)
 
 
@@ -144,10 +145,10 @@ def lesson_config_path() -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = load_gate_config(args.config) if args.config else load_gate_config(lesson_config_path())
+    config = apply_overrides(config, args)  # before the output folder is made: bad options leave nothing behind
     out = check_out_dir(Path(args.out) if args.out else DEFAULT_OUT)
     data = lesson()
-    config = load_gate_config(args.config) if args.config else load_gate_config(lesson_config_path())
-    config = apply_overrides(config, args)
     progress = make_progress(args.no_progress)
     factory, label = engine_factory(args, rrf_k=config.rrf_k, progress=progress)
     result = gate_retriever(

@@ -1,6 +1,6 @@
-"""The README's usage lines, generated from the argparse parsers so they cannot drift.
+"""The documentation's usage lines, generated from the argparse parsers so they cannot drift.
 
-A README block between two markers names the commands it shows::
+A block between two markers, in the README or a page of ``docs/``, names the commands it shows::
 
     <!-- labsrc-usage: report gate search -->
     ```text
@@ -10,10 +10,10 @@ A README block between two markers names the commands it shows::
 
 After changing an option, regenerate every block in place and commit the result::
 
-    python -m labsrc.cli.usage README.md
+    python -m labsrc.cli.usage          # README.md and every docs/*.md that holds a block
 
-``--check`` exits 1 (printing the commands whose lines differ) instead of writing;
-``tests/test_cli_usage.py`` runs that check, so CI fails when the README drifts.
+``--check`` exits 1 (printing the files whose lines differ) instead of writing;
+``tests/test_cli_usage.py`` runs that check, so CI fails when the documentation drifts.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from labsrc.cli.main import build_parser
 
-__all__ = ["command_usage", "main", "render_blocks", "usage_table"]
+__all__ = ["command_usage", "documentation_files", "main", "render_blocks", "usage_table"]
 
 #: Usage lines wrap here, continuation lines indented under the command (argparse's own layout).
 WIDTH = 110
@@ -81,25 +81,40 @@ def render_blocks(text: str, table: dict[str, str] | None = None) -> str:
     return _BLOCK.sub(block, text)
 
 
+def documentation_files(root: Path = Path(".")) -> list[Path]:
+    """``README.md`` and every ``docs/*.md`` under ``root`` that holds a usage block."""
+    candidates = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return [p for p in candidates if p.is_file() and _BLOCK.search(p.read_text(encoding="utf-8"))]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labsrc.cli.usage", description=__doc__.split("\n\n")[0])
-    parser.add_argument("readme", nargs="?", default="README.md", help="the file to update (default README.md)")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file is out of date; write nothing")
+    parser.add_argument(
+        "files", nargs="*", help="the files to update (default: README.md and every docs/*.md holding a block)"
+    )
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file is out of date; write nothing")
     args = parser.parse_args(argv)
-    path = Path(args.readme)
-    text = path.read_text(encoding="utf-8")
-    if not _BLOCK.search(text):
-        print(f"{path}: no <!-- labsrc-usage: ... --> block", file=sys.stderr)
+    paths = [Path(f) for f in args.files] or documentation_files()
+    if not paths:
+        print("no README.md or docs/*.md here holds a <!-- labsrc-usage: ... --> block", file=sys.stderr)
         return 1
-    fresh = render_blocks(text)
-    if fresh == text:
-        return 0
-    if args.check:
-        print(f"{path}: usage lines are out of date; run: python -m labsrc.cli.usage {path}", file=sys.stderr)
-        return 1
-    path.write_text(fresh, encoding="utf-8")
-    print(f"updated the usage lines in {path}")
-    return 0
+    status = 0
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        if not _BLOCK.search(text):
+            print(f"{path}: no <!-- labsrc-usage: ... --> block", file=sys.stderr)
+            status = 1
+            continue
+        fresh = render_blocks(text)
+        if fresh == text:
+            continue
+        if args.check:
+            print(f"{path}: usage lines are out of date; run: python -m labsrc.cli.usage", file=sys.stderr)
+            status = 1
+            continue
+        path.write_text(fresh, encoding="utf-8")
+        print(f"updated the usage lines in {path}")
+    return status
 
 
 if __name__ == "__main__":

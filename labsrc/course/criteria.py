@@ -108,7 +108,10 @@ def applied(outcomes: Sequence[CaseOutcome], k: int, no_vector: Mapping[str, str
 
 
 def _safety(run: GateRun) -> Evidence:
-    safety = [g for g in run.gates if g.family in (*NEGATIVE_KINDS, "abstention")]
+    # The course asks for one case of each ADVERSARIAL_KINDS kind; a not_yet_effective case is welcome but optional,
+    # so its gate counts when it has cases and is not "missing" when it has none.
+    required = {"abstention" if kind == "absent" else kind for kind in ADVERSARIAL_KINDS}
+    safety = [g for g in run.gates if g.family in (*NEGATIVE_KINDS, "abstention") and (g.tested or g.family in required)]
     counts = {g.family: sum(o.case.kind == (g.family if g.family != "abstention" else "absent") for o in run.outcomes)
               for g in safety}
     empty = [family for family, n in counts.items() if n == 0]

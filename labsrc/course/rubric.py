@@ -37,7 +37,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from labsrc.course.checks import ADVERSARIAL_KINDS
 from labsrc.course.criteria import applied, foundational, production, strong
 from labsrc.course.grades import Grade, LevelVerdict
 from labsrc.course.submission import Submission, find_submission, shell_path
@@ -48,7 +47,7 @@ from labsrc.gate.gates import release_gate
 from labsrc.lanes.coverage import missing_query_vectors, no_vector_hint
 from labsrc.lanes.dense import DenseSource
 from labsrc.lanes.embed import StoredEmbeddings, load_embeddings
-from labsrc.records.cases import Case, cases_digest, load_cases
+from labsrc.records.cases import CASE_KINDS, Case, cases_digest, load_cases
 from labsrc.records.loading import load_callers, load_chunks, load_json
 from labsrc.records.policy import PolicyChunk
 from labsrc.retriever.policy import PolicyRetriever
@@ -104,7 +103,7 @@ def grade(path: str | Path, *, course: str | Path | None = None, measure: bool =
         cases = load_cases(sub.cases, chunk_ids={c.chunk_id for c in chunks}, caller_ids=set(callers))
     except LabError as exc:
         return Grade(str(path), tuple(inputs), (), None, error=f"the cases file does not load: {exc}")
-    kinds = {kind: sum(c.kind == kind for c in cases) for kind in ("positive", *ADVERSARIAL_KINDS)}
+    kinds = {kind: sum(c.kind == kind for c in cases) for kind in CASE_KINDS}
     counts = ", ".join(f"{n} {k}" for k, n in kinds.items() if n)
     inputs.insert(0, f"cases: {f'{len(cases)} cases ({counts})' if cases else 'cases.jsonl holds no cases'}")
 

@@ -23,7 +23,7 @@ __all__ = [
     "shell_path",
 ]
 
-#: The learner's submission folder, at the repository root, where the README's commands look.
+#: The learner's submission folder, at the repository root, where the commands in docs/coursework.md look.
 SUBMISSION_NAME = "my-submission"
 #: Set to a folder to move the submission elsewhere (the exercise tests point it at a temporary copy).
 SUBMISSION_ENV = "LABSRC_SUBMISSION"
@@ -91,7 +91,7 @@ def my_submission() -> Path:
 
     Every exercise defines ``SUBMISSION = my_submission()``, so all six read and
     write one folder, the one ``labsrc embed``, ``labsrc gate`` and ``labsrc rubric``
-    are pointed at in the README; running a cell again is harmless (``exist_ok``).
+    are pointed at in docs/coursework.md; running a cell again is harmless (``exist_ok``).
     ``$LABSRC_SUBMISSION`` moves it (the exercise tests use a temporary copy).
     """
     override = os.environ.get(SUBMISSION_ENV)

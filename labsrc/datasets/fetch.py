@@ -56,7 +56,7 @@ def _pooch():
         import pooch
     except ModuleNotFoundError:
         raise MissingDependency(
-            "fetching BEIR data needs the 'pooch' package: pip install -e '.[data]' (or pip install pooch)"
+            "fetching BEIR data needs the 'pooch' package: pip install 'hybrid-retrieval-lab[data]' (or pip install pooch)"
         ) from None
     return pooch
 

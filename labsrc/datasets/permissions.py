@@ -13,8 +13,8 @@ this module lays a deterministic permission layout over one:
 * each judged query of a split is asked by one caller (round robin over the
   queries sorted by id): a **positive** case when the caller may see some of its
   relevant documents (those are expected), else a **restricted**,
-  **superseded** or **wrong_region** case forbidding the relevant documents the
-  caller may not see, named by why the first of them is hidden.
+  **superseded**, **not_yet_effective** or **wrong_region** case forbidding the
+  relevant documents the caller may not see, named by why the first of them is hidden.
 
 The case's ``name`` is the BEIR query id, so a ``vectors/<model>/`` folder's
 query vectors reach the dense lane (:func:`~labsrc.lanes.sources.load_dense_source`).
@@ -49,7 +49,7 @@ CALLERS: tuple[Caller, ...] = (
 _KIND = {
     BlockReason.RESTRICTED: "restricted",
     BlockReason.SUPERSEDED: "superseded",
-    BlockReason.NOT_YET_EFFECTIVE: "superseded",
+    BlockReason.NOT_YET_EFFECTIVE: "not_yet_effective",
     BlockReason.WRONG_REGION: "wrong_region",
 }
 

@@ -25,7 +25,7 @@ produce a valid token for any other caller, date, session or transaction: a
 token copied from another session names another pid; one kept from an earlier
 transaction of this session names another start time.
 
-Why this design over the alternatives (see the README's threat model):
+Why this design over the alternatives (see the threat model in docs/postgres.md):
 
 * A grant table written by a separate, trusted connection before each request
   would need a write (and a commit) per request on the primary, a second pool

@@ -68,7 +68,7 @@ ENGINE_VERSION = "postgres-retriever-v1"
 #: The HNSW walk keeps going until k rows pass row-level security (pgvector 0.8): no short lists by default.
 DEFAULT_ITERATIVE_SCAN = "relaxed_order"
 #: Candidates per HNSW walk by default. On 100k SciFact chunks at 384-d, 40 permission sets, 400 queries,
-#: 2k candidates rescored: Recall@10 against exact 0.983 at 100 and 0.991 at 200 (bench_postgres.py; README, "Scaling past one machine").
+#: 2k candidates rescored: Recall@10 against exact 0.983 at 100 and 0.991 at 200 (bench_postgres.py; docs/postgres.md, "Scaling past one machine").
 DEFAULT_EF_SEARCH = 200
 
 

@@ -52,7 +52,7 @@ lane runs as that role, a hidden row never reaches it: not in a result, not in a
 cannot show the role hidden terms or ids as "most common values" either. Region
 and tag keep theirs: without them the planner cannot size a caller's share and
 picks slow plans (an exact scan instead of the HNSW index), so their values and
-shares stay visible, like the row counts (see the README's threat model).
+shares stay visible, like the row counts (see the threat model in docs/postgres.md).
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ _INDEXES = (
     # Covering: a term's postings, with everything the policy and the score read, from the index alone.
     # Region and tag lead the key, so the policy's equality conditions bound the scan: a request reads the
     # postings of its own region and tags only, and a term that only hidden chunks hold costs no more
-    # than an absent one (the README's threat model measures it). The window is checked inside the index.
+    # than an absent one (the threat model in docs/postgres.md measures it). The window is checked inside the index.
     "CREATE UNIQUE INDEX lab_postings_key ON {schema}.lab_postings (region, acl_tag, term, effective_from, "
     + WINDOW_END + ", chunk_id) INCLUDE (tf, doc_len, effective_to)",
     # The exact dense scan reads the caller's region and tags only (a bitmap scan over contiguous pages).

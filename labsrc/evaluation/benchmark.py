@@ -28,6 +28,7 @@ from labsrc.evaluation.significance import (
 from labsrc.fusion.convex import check_alpha
 from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k
 from labsrc.lanes.vectordir import load_vector_dir
+from labsrc.records.files import atomic_write_bytes
 from labsrc.ranking import check_top_k
 
 __all__ = [
@@ -152,7 +153,7 @@ def write_trec_run(run: Run, path: str | Path, tag: str) -> Path:
     Scores are made strictly decreasing in rank order (:func:`trec_scores`), so
     trec_eval, pytrec_eval and ranx, which re-sort by score and break ties their
     own way, rank exactly as labsrc does and reproduce its printed figures.
-    Scores are written with ``repr`` so they round-trip exactly.
+    Scores are written with ``repr`` so they round-trip exactly. The file is replaced atomically.
     """
     if not tag or any(c.isspace() for c in tag):
         raise InvalidArgument(f"a run tag must be one word, not {tag!r}")
@@ -162,8 +163,8 @@ def write_trec_run(run: Run, path: str | Path, tag: str) -> Path:
         ranked = sorted(run[qid].items(), key=lambda pair: (-pair[1], pair[0]))
         for rank, ((doc, _), score) in enumerate(zip(ranked, trec_scores(ranked)), start=1):
             lines.append(f"{qid} Q0 {doc} {rank} {score!r} {tag}\n")
-    path.write_text("".join(lines), encoding="utf-8")
-    return path
+    # Atomic: an interrupted run leaves the old file or the whole new one, never half a run.
+    return atomic_write_bytes(path, "".join(lines).encode("utf-8"))
 
 
 # --- the whole benchmark ---------------------------------------------------------------------

@@ -34,7 +34,8 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
+from functools import partial
+from types import FunctionType, MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from labsrc.errors import LabError
@@ -52,8 +53,10 @@ __all__ = [
     "close_subject",
     "describe_exception",
     "factory_name",
+    "name_factory",
     "observe",
     "observe_request",
+    "subject_name",
     "subject_versions",
 ]
 
@@ -125,6 +128,32 @@ def factory_name(factory: object) -> str:
     return f"{module}:{name}"
 
 
+#: The attribute :func:`name_factory` sets and :func:`subject_name` reads.
+_DISPLAY_NAME = "labsrc_display_name"
+
+
+def name_factory(factory: Factory, name: str) -> Factory:
+    """``factory``, named as its errors should name it (e.g. ``"the postgres engine"``).
+
+    For the lab's own engines, chosen by ``--engine``, and the audit's subjects: the
+    user typed an engine's or a subject's name, so errors name that, not a class
+    inside the lab. A user's ``--retriever module:factory`` is left unnamed and keeps
+    its ``module:qualname``. An object made for this run (a ``functools.partial``,
+    a factory instance) is named in place and returned; a class or a function is
+    shared by every caller, so it is wrapped in a ``partial`` that carries the name.
+    """
+    if isinstance(factory, (type, FunctionType)):
+        factory = partial(factory)
+    setattr(factory, _DISPLAY_NAME, name)
+    return factory
+
+
+def subject_name(factory: object) -> str:
+    """How messages name a factory: the name :func:`name_factory` gave it, else :func:`factory_name`."""
+    name = getattr(factory, _DISPLAY_NAME, None)
+    return name if isinstance(name, str) and name else factory_name(factory)
+
+
 def build_subject(
     factory: Factory, chunks: Sequence[PolicyChunk], vectors: DenseSource | None, *, what: str = "build"
 ) -> Subject:
@@ -137,12 +166,12 @@ def build_subject(
         raise
     except BaseException as exc:
         raise SubjectError(
-            f"{factory_name(factory)} raised while building ({what}, {len(chunks)} chunks): {describe_exception(exc)}"
+            f"{subject_name(factory)} raised while building ({what}, {len(chunks)} chunks): {describe_exception(exc)}"
         ) from exc
     if not callable(getattr(subject, "search", None)):
         close_subject(subject)
         raise SubjectError(
-            f"{factory_name(factory)} returned {type(subject).__name__}, which has no "
+            f"{subject_name(factory)} returned {type(subject).__name__}, which has no "
             "search(query, caller, on_date, top_k) method"
         )
     return subject

@@ -31,6 +31,7 @@ from labsrc.gate.config import (
     LANES,
     load_gate_config,
     MAX_CONCURRENCY,
+    MAX_REPETITIONS,
 )
 from labsrc.gate.gates import (
     CaseOutcome,
@@ -137,6 +138,7 @@ __all__ = [
     "live_workers",
     "load_gate_config",
     "MAX_CONCURRENCY",
+    "MAX_REPETITIONS",
     "NONINTERFERENCE_MODES",
     "noninterference_probe",
     "NOT_TESTED",

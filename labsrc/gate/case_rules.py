@@ -5,10 +5,13 @@ A case is evidence only if it tests what its kind says:
 * a **positive** case's expected ids are all *visible* to its caller on its date
   (a hidden expected chunk can never be retrieved: the case would fail for a
   reason that is not the retriever's);
-* a **restricted**, **superseded** or **wrong_region** case's forbidden ids are
-  all *hidden* from its caller on its date, and at least one of them is hidden
-  for the case's own reason (a forbidden chunk the caller may see is not a leak
-  when it comes back: the case itself is wrong);
+* a **restricted**, **superseded**, **not_yet_effective** or **wrong_region**
+  case's forbidden ids are all *hidden* from its caller on its date, and at least
+  one of them is hidden for the case's own reason (a forbidden chunk the caller
+  may see is not a leak when it comes back: the case itself is wrong). The
+  reasons are strict: a superseded case needs a version that has *ended*, a
+  not_yet_effective case one that has *not started*; a case of the wrong one
+  tests the other filter, and the message names the kind that fits;
 * an **absent** case may forbid any stored chunk, permitted ones included: they
   are the chunks that must not come back as evidence for a question nothing
   answers;
@@ -37,7 +40,8 @@ __all__ = ["OWN_REASONS", "CaseProblem", "case_problems", "cases_problems", "che
 OWN_REASONS: Mapping[str, frozenset[BlockReason]] = MappingProxyType(
     {
         "restricted": frozenset({BlockReason.RESTRICTED}),
-        "superseded": frozenset({BlockReason.SUPERSEDED, BlockReason.NOT_YET_EFFECTIVE}),
+        "superseded": frozenset({BlockReason.SUPERSEDED}),
+        "not_yet_effective": frozenset({BlockReason.NOT_YET_EFFECTIVE}),
         "wrong_region": frozenset({BlockReason.WRONG_REGION}),
     }
 )
@@ -100,8 +104,10 @@ def case_problems(
     elif case.kind in OWN_REASONS:
         own = OWN_REASONS[case.kind]
         any_own = False
+        hidden: dict[str, tuple[BlockReason, ...]] = {}
         for chunk_id in case.forbidden:
             reasons = block_reasons(caller, chunks[chunk_id], day)
+            hidden[chunk_id] = reasons
             if not reasons:
                 problem(
                     "forbidden",
@@ -112,11 +118,16 @@ def case_problems(
             any_own = any_own or bool(own & set(reasons))
         if not any_own and not problems:
             wanted = " or ".join(sorted(r.value for r in own))
+            why = "; ".join(f"{chunk_id} is hidden as {_reasons(reasons)}" for chunk_id, reasons in hidden.items())
+            seen = {r for reasons in hidden.values() for r in reasons}
+            fits = [kind for kind, reasons in OWN_REASONS.items() if reasons & seen]
+            advice = (f"make it a {' or '.join(repr(k) for k in fits)} case, the kind that matches why they are hidden"
+                      if fits else "pick the kind that matches why they are hidden")
             problem(
                 "kind",
                 case.kind,
-                f"none of the forbidden chunks is hidden from {caller.actor_id!r} on {day} for being {wanted}; "
-                "pick the kind that matches why they are hidden",
+                f"none of the forbidden chunks is hidden from {caller.actor_id!r} on {day} for being {wanted} "
+                f"({why}); {advice}",
             )
     return problems
 

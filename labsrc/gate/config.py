@@ -50,6 +50,7 @@ __all__ = [
     "HYBRID_RULES",
     "LANES",
     "MAX_CONCURRENCY",
+    "MAX_REPETITIONS",
     "GateConfig",
     "check_timeout",
     "load_gate_config",
@@ -62,6 +63,12 @@ DEFAULT_SEARCH_TIMEOUT_S = 30.0
 #: Threads the concurrency probe uses; 0 turns it off.
 DEFAULT_CONCURRENCY = 16
 MAX_CONCURRENCY = 256
+#: The most replays of the case set ``warmup`` and ``repetitions`` may each ask for. One repetition
+#: of the lesson's 7 cases took 8 ms in memory and 50 ms on the embedded postgres engine (measured
+#: on the project's 2-core machine: ``labsrc report --repetitions 20000`` ran 166 s), so 1,000 is
+#: 8 s to a minute and already gives p95 from 7,000 samples per stage; a typo such as 10,000,000
+#: would otherwise run silently for a day in memory, a week on postgres.
+MAX_REPETITIONS = 1000
 
 #: The ranked lists a gate can inspect, in report order.
 LANES = ("bm25", "dense", "hybrid")
@@ -100,9 +107,10 @@ def check_timeout(value: object, name: str) -> float:
     return float(value)
 
 
-def _count(value: object, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidArgument(f"{name} must be an int >= {minimum}, not {value!r}")
+def _count(value: object, name: str, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
+        bound = f"an int >= {minimum}" if maximum is None else f"an int from {minimum} to {maximum:,}"
+        raise InvalidArgument(f"{name} must be {bound}, not {value!r}")
     return value
 
 
@@ -128,7 +136,8 @@ class GateConfig:
         stage timings, merged over the lesson budgets (authorize 10, bm25 12,
         dense 40, fusion 8 ms).
     warmup, repetitions:
-        Untimed replays of the case set before measuring, and timed replays.
+        Untimed replays of the case set before measuring, and timed replays
+        (each at most :data:`MAX_REPETITIONS`, 1,000).
     on_date:
         The evaluation date; ``None`` means "today" at run time. Pin it in CI so
         freshness, and therefore every result, replays identically.
@@ -186,8 +195,8 @@ class GateConfig:
             raise InvalidArgument(f"hybrid_rule must be one of {sorted(HYBRID_RULES)}, not {self.hybrid_rule!r}")
         object.__setattr__(self, "p50_budget_ms", _budget_table(self.p50_budget_ms, "p50_budget_ms"))
         object.__setattr__(self, "p95_budget_ms", _budget_table(self.p95_budget_ms, "p95_budget_ms"))
-        _count(self.warmup, "warmup", 0)
-        _count(self.repetitions, "repetitions", 1)
+        _count(self.warmup, "warmup", 0, MAX_REPETITIONS)
+        _count(self.repetitions, "repetitions", 1, MAX_REPETITIONS)
         if self.on_date is not None and (not isinstance(self.on_date, dt.date) or isinstance(self.on_date, dt.datetime)):
             raise InvalidArgument(f"on_date must be a datetime.date or None, not {self.on_date!r}")
         if not isinstance(self.require_cases, bool):

@@ -35,6 +35,10 @@ GATE_TABLE: Mapping[str, tuple[str, str]] = MappingProxyType(
         ),
         "restricted": ("queries that strongly match hidden chunks", "the retriever boundary is unsafe"),
         "superseded": ("queries that match old policy wording", "the freshness filter regressed"),
+        "not_yet_effective": (
+            "queries that match a rule announced but not yet in force",
+            "the freshness filter lets future rules in early",
+        ),
         "wrong_region": ("a caller from another region asking a matching query", "the region filter regressed"),
         "abstention": (
             "questions with no permitted supporting evidence",

@@ -95,7 +95,7 @@ class CaseOutcome:
     @property
     def passed(self) -> bool:
         """This case's own check: positive → all expected ids fused in the top k;
-        restricted/superseded/wrong_region → nothing leaked; absent → nothing forbidden returned.
+        restricted/superseded/not_yet_effective/wrong_region → nothing leaked; absent → nothing forbidden returned.
         Every kind also fails on a search error, a returned hidden id, or a rebuild, bait or concurrency difference."""
         if self.error or self.violations:
             return False

@@ -27,6 +27,7 @@ _ADD_CASES: Mapping[str, str] = MappingProxyType(
         "hybrid": "add a positive case with the chunk id the caller must get",
         "restricted": "add a restricted case whose query matches a chunk the caller's ACL tags exclude",
         "superseded": "add a superseded case whose query matches an older version of a current rule",
+        "not_yet_effective": "add a not_yet_effective case whose query matches a rule that takes effect after the date",
         "wrong_region": "add a wrong_region case: a caller from another region asking a matching query",
         "abstention": "add an absent case: a question no permitted chunk answers",
     }

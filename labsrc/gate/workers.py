@@ -44,7 +44,7 @@ from typing import Any
 from labsrc import errors
 from labsrc.errors import LabError
 from labsrc.gate.config import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_SEARCH_TIMEOUT_S, check_timeout
-from labsrc.evaluation.subject import Factory, Observation, Request, SubjectError, factory_name
+from labsrc.evaluation.subject import Factory, Observation, Request, SubjectError, subject_name
 from labsrc.gate.worker_loop import run_worker, unplain_observation
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import PolicyChunk
@@ -135,7 +135,7 @@ class IsolatedBuild:
             os.setpgid(pid, pid)  # also set by the child: no window in which a kill misses the group
         except OSError:
             pass
-        name = factory_name(self.factory)
+        name = subject_name(self.factory)
         try:
             kind, payload = self._receive(self.build_timeout_s)
         except TimeoutError:

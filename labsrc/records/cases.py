@@ -7,7 +7,9 @@ A case file is JSONL, one case per line::
 
 ``kind`` is one of :data:`CASE_KINDS`. A positive case lists the chunk ids it
 requires in ``expected``; the negative kinds (``restricted``, ``superseded``,
-``wrong_region``) list, in ``forbidden``, the ids that must never reach any lane.
+``not_yet_effective``, ``wrong_region``) list, in ``forbidden``, the ids that must
+never reach any lane, each kind named by why the boundary hides them: an ACL tag
+the caller lacks, a version that has ended, one that has not started yet, another region.
 An ``absent`` case is a question nothing permitted answers: it expects nothing,
 and its optional ``forbidden`` ids must not be returned as evidence. ``on_date``
 (ISO) overrides the evaluation date; ``notes`` is free text for reviewers.
@@ -28,8 +30,8 @@ from labsrc.records.loading import Field, iter_jsonl, parse_date
 
 __all__ = ["CASE_KINDS", "NEGATIVE_KINDS", "Case", "case_format_problems", "cases_digest", "iter_cases", "load_cases"]
 
-CASE_KINDS = ("positive", "restricted", "superseded", "wrong_region", "absent")
-NEGATIVE_KINDS = ("restricted", "superseded", "wrong_region")
+CASE_KINDS = ("positive", "restricted", "superseded", "not_yet_effective", "wrong_region", "absent")
+NEGATIVE_KINDS = ("restricted", "superseded", "not_yet_effective", "wrong_region")
 
 
 @dataclass(frozen=True)

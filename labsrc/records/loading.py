@@ -300,7 +300,7 @@ def load_chunks(path: str | Path) -> list[PolicyChunk]:
         chunks.append(chunk)
     if not chunks:
         raise InvalidRecord(
-            "holds no chunks (the file is empty or blank); write one chunk object per line, see the README",
+            "holds no chunks (the file is empty or blank); write one chunk object per line (docs/records.md has the schema)",
             path=path,
         )
     return chunks

@@ -46,7 +46,7 @@ def junit_xml(run: GateRun) -> str:
                 ET.SubElement(element, "skipped", message=f"NOT TESTED: {gate.detail}")
                 continue
             failures += 1
-            failure = ET.SubElement(element, "failure", message=f"NOT TESTED and require_cases is set: {gate.detail}",
+            failure = ET.SubElement(element, "failure", message=f"NOT TESTED, which fails the run: {gate.detail}",
                                     type="NotTested")
             failure.text = gate.detail
             continue

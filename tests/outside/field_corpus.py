@@ -138,13 +138,14 @@ CASES = [
      "caller": "mira", "kind": "restricted", "forbidden": ["eu-forensics"]},
     {"name": "us-breach-for-ops", "query": "notify state attorneys general about a breach",
      "caller": "riley", "kind": "restricted", "forbidden": ["us-breach-notify"]},
-    # --- superseded (and not yet effective)
+    # --- superseded
     {"name": "old-manual-failover", "query": "page the database administrator on duty thirty minute wait",
      "caller": "mira", "kind": "superseded", "forbidden": ["eu-db-failover-v2"]},
-    {"name": "acme-one-day-early", "query": "ACME renewed automatically every 60 days expiry dashboard",
-     "caller": "mira", "kind": "superseded", "forbidden": ["eu-cert-rotation-v2"]},
     {"name": "apac-weekly-rota", "query": "one engineer covers the whole week and hands over by phone",
      "caller": "jun", "kind": "superseded", "forbidden": ["apac-oncall-v1"]},
+    # --- not yet effective
+    {"name": "acme-one-day-early", "query": "ACME renewed automatically every 60 days expiry dashboard",
+     "caller": "mira", "kind": "not_yet_effective", "forbidden": ["eu-cert-rotation-v2"]},
     # --- wrong region
     {"name": "eu-freeze-from-apac", "query": "no production deploys between 20 December and 3 January",
      "caller": "jun", "kind": "wrong_region", "forbidden": ["eu-change-freeze"]},

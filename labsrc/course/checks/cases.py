@@ -50,6 +50,8 @@ __all__ = [
 QUERY_STYLES = ("exact_code", "paraphrase", "mixed")
 #: The adversarial kinds step 2 asks for, one of each at least.
 ADVERSARIAL_KINDS = ("restricted", "superseded", "wrong_region", "absent")
+#: Every kind step 2 counts and checks as adversarial: a not_yet_effective case too, though none is required.
+_ANY_ADVERSARIAL = (*NEGATIVE_KINDS, "absent")
 
 
 def _quoted(words: Sequence[str]) -> str:
@@ -260,11 +262,12 @@ def check_adversarial_cases(
     dense: Any = None,
     dense_depth: int = DENSE_REACH_DEPTH,
 ) -> CheckResult:
-    """Step 2: at least ``minimum`` adversarial cases, one of each kind in :data:`ADVERSARIAL_KINDS`.
+    """Step 2: at least ``minimum`` adversarial cases, one of each kind in :data:`ADVERSARIAL_KINDS`
+    (a not_yet_effective case counts towards ``minimum`` and is checked the same way, but is not required).
 
     Each case must load and obey the one case rule
-    (:func:`~labsrc.gate.case_rules.case_problems`: a restricted,
-    superseded or wrong-region case forbids only chunks the boundary hides from
+    (:func:`~labsrc.gate.case_rules.case_problems`: a restricted, superseded,
+    not_yet_effective or wrong-region case forbids only chunks the boundary hides from
     its caller, at least one for the case's own reason). A negative case's query
     must aim at its forbidden chunks, so that without the boundary a lane would
     find them: it shares a word with them (BM25), or, a meaning-only attack, the
@@ -277,7 +280,7 @@ def check_adversarial_cases(
     by_id = {c.chunk_id: c for c in chunks}
     who = as_caller_map(callers)
     _format_problems(out, cases)
-    adversarial = [c for c in cases if c.kind in ADVERSARIAL_KINDS]
+    adversarial = [c for c in cases if c.kind in _ANY_ADVERSARIAL]
     out.check(
         len(adversarial) >= minimum,
         f"{len(adversarial)} adversarial cases (at least {minimum})",
