@@ -26,8 +26,8 @@ from labsrc.engines import PostgresRetriever
 
 pytestmark = requires_postgres
 
-#: The plan figures a reader reads off EXPLAIN (ANALYZE); buffer counts are left out (see the README's
-#: threat model: the pages a scan reads can depend on how many rows share them).
+#: The plan figures a reader reads off EXPLAIN (ANALYZE); buffer counts are left out (see docs/postgres.md,
+#: "Threat model": the pages a scan reads can depend on how many rows share them).
 COUNTS = ("Actual Rows", "Rows Removed by Filter", "Rows Removed by Index Recheck", "Heap Fetches", "Index Searches")
 
 STEERINGS = {

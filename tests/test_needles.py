@@ -61,3 +61,19 @@ def test_a_drifted_answer_is_a_load_error(tmp_path):
     with pytest.raises(labsrc.InvalidRecord) as err:
         load_needles(copy)
     assert err.value.line == 2 and err.value.field == "answer"
+
+
+def test_the_documented_needle_example_runs_as_written():
+    # Issue 30: the README's example used an undefined `questions`.
+    import re
+    from pathlib import Path
+
+    import labsrc.patterns
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "production-patterns.md").read_text(encoding="utf-8")
+    row = next(line for line in page.splitlines() if line.startswith("| Needle accuracy gate |"))
+    setup, call = re.findall(r"`([^`]+)`", row)[:2]
+    namespace = {name: getattr(labsrc.patterns, name) for name in labsrc.patterns.__all__}
+    exec(setup, namespace)
+    result = eval(call, namespace)
+    assert result.passed and "26/28 answered (92.9%)" in str(result)

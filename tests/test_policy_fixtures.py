@@ -165,7 +165,7 @@ def test_vectors_were_made_from_the_current_texts(chunks, cases, model_record):
     digest = texts_digest(
         [c.chunk_id for c in chunks], [document_text(c) for c in chunks], [c.name for c in cases], [c.query for c in cases]
     )
-    assert digest == model_record["texts_sha256"], "chunks or cases changed: re-run labsrc embed (see the README)"
+    assert digest == model_record["texts_sha256"], "chunks or cases changed: re-run labsrc embed (see docs/coursework.md)"
 
 
 @pytest.mark.parametrize("name", ["corpus.npy", "queries.npy"])

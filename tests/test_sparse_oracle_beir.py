@@ -1,7 +1,7 @@
 """The fast BM25 path, checked three ways: against the readable reference, against bm25s on
 BEIR SciFact, and by the quality it reaches there (with metrics cross-checked by ranx).
 
-The SciFact tests need the collection (see the README, "Real benchmark"); without
+The SciFact tests need the collection (see docs/benchmarks.md, "Real benchmark"); without
 it they skip with the reason. The rest run everywhere.
 """
 

@@ -3,7 +3,7 @@
 Runs every subject in :data:`labsrc.audit.SUBJECTS` (or those named) on the
 lesson and the coursework's policy corpus (or ``--data`` folders: fixture folders, or
 BEIR collections under :mod:`labsrc.datasets.permissions`), and prints
-the audit table in Markdown: the table in the README and notebook 13 comes from
+the audit table in Markdown: the table in docs/audit.md and notebook 13 comes from
 this command. Exit status: 0 when the table was made (whatever it says), 2 on
 bad input, or when a subject could not run (a missing extra, a server that did not
 start: its rows say ERROR, and one line names the subjects and the first reason).
