@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from labsrc.course import ANSWER_SHAPES, BlankAnswer, CheckFailed, WrongAnswer, is_blank, require_answer
+from labsrc.course import ANSWER_SHAPES, AnswerShape, BlankAnswer, CheckFailed, WrongAnswer, is_blank, require_answer
+from labsrc.course.answers import TIE_TOLERANCE, require_closest
+from labsrc.errors import InvalidArgument
 
 
 @pytest.mark.parametrize("value", [..., None])
@@ -81,3 +83,59 @@ def test_every_lesson_answer_has_a_shape():
                 targets.update(make_students.answer_targets("".join(cell["source"])))
     targets.discard("row")  # notebook 11: a helper line of its answer, not checked on its own
     assert targets == set(ANSWER_SHAPES)
+
+
+# --- the hint's example is not an answer; a tie is not a closest (issue 31) -----------------------------
+
+
+@pytest.mark.parametrize("value", [[0.1, 0.2, 0.7], (0.1, 0.2, 0.7)])
+def test_the_example_pasted_in_is_still_blank(value):
+    assert ANSWER_SHAPES["my_query_vector"].example == (0.1, 0.2, 0.7)
+    with pytest.raises(BlankAnswer) as info:
+        require_answer("my_query_vector", value, "three numbers of your own, shaped like [0.1, 0.2, 0.7]")
+    assert (f"`my_query_vector` is the example {value!r}, not an answer: "
+            "three numbers of your own, shaped like [0.1, 0.2, 0.7]") in str(info.value)
+
+
+@pytest.mark.parametrize("value", [[0.1, 0.2, 0.75], [0.7, 0.2, 0.1], [0.3, 0.9, 0.0]])
+def test_a_value_near_the_example_is_an_answer(value):
+    assert require_answer("my_query_vector", value, "h") is value
+
+
+def test_an_example_of_the_wrong_shape_is_a_wrong_answer_first():
+    # The shape check runs first, so the example comparison only sees values of the example's shape.
+    with pytest.raises(WrongAnswer, match="holds 2 item"):
+        require_answer("my_query_vector", [0.1, 0.2], "h")
+    assert AnswerShape("number", example=0.5).is_example(0.5)
+    assert not AnswerShape("number").is_example(0.5)
+
+
+def test_the_single_closest_id_is_returned():
+    assert require_closest("v", {"b": 0.2, "a": 0.9, "c": 0.0}, "h") == "a"
+    # Just above the tolerance is a win, not a tie.
+    assert require_closest("v", {"a": 0.5, "b": 0.5 + 2 * TIE_TOLERANCE}, "h") == "b"
+
+
+@pytest.mark.parametrize(("scores", "said"), [
+    ({"eu-refurb-v2-rule": 0.5, "eu-footwear-v1-rule": 0.5, "eu-carrier-loss-v1": 0.0},
+     "eu-footwear-v1-rule and eu-refurb-v2-rule (score 0.500000)"),
+    ({"c": 0.0, "b": 0.0, "a": 0.0}, "a, b and c (score 0.000000)"),
+    # 0.1 + 0.2 is 0.30000000000000004: last-bit noise, still a tie.
+    ({"x": 0.1 + 0.2, "y": 0.3, "z": 0.1}, "x and y (score 0.300000)"),
+])
+def test_a_tie_is_not_a_closest_and_names_the_tied_ids_sorted(scores, said):
+    with pytest.raises(WrongAnswer) as info:
+        require_closest("my_query_vector", scores, "THE HINT")
+    assert (f"`my_query_vector` is equally close to {said}: a tie is not a closest chunk, "
+            "the answer must single one out: THE HINT") in str(info.value)
+    # The same verdict whatever order the scores come in.
+    with pytest.raises(WrongAnswer) as reversed_info:
+        require_closest("my_query_vector", dict(reversed(list(scores.items()))), "THE HINT")
+    assert str(reversed_info.value) == str(info.value)
+
+
+def test_closest_refuses_scores_it_cannot_compare():
+    with pytest.raises(WrongAnswer, match="`v` scores nan against a, not a number to compare: h"):
+        require_closest("v", {"a": float("nan"), "b": 0.1}, "h")
+    with pytest.raises(InvalidArgument, match="no scores to compare"):
+        require_closest("v", {}, "h")

@@ -311,7 +311,11 @@ def test_an_incomplete_model_record_and_missing_queries_are_named(tmp_path, corp
     embed_to_dir(chunks, {"q": "RPL-14"}, tmp_path / "v", HashingEncoder(8), {"model": "my-model"})
     source = load_embeddings(tmp_path / "v", allow_live=False)
     problems = check_dense_source(source, [case("q", "RPL-14"), case("other", "CLM-7")]).problems
-    assert any(p.startswith("MODEL.json lacks ['packaged_by', 'sentence_transformers'") for p in problems)
+    # The message names the file it means and the command that rewrites it.
+    lacks = next(p for p in problems if " lacks [" in p)
+    assert lacks.startswith(f"{tmp_path / 'v' / 'MODEL.json'} lacks ['packaged_by', 'sentence_transformers'")
+    assert lacks.endswith(f"re-run `labsrc embed --chunks fixtures/policies/chunks.jsonl --queries "
+                          f"my-submission/cases.jsonl --out {tmp_path / 'v'}` (the 'embed' extra) to rewrite MODEL.json")
     assert (
         "1 of your case queries has no vector: run `labsrc embed --chunks fixtures/policies/chunks.jsonl --queries "
         "my-submission/cases.jsonl --out my-submission/vectors/all-MiniLM-L6-v2` (the 'embed' extra) and use that "

@@ -98,8 +98,11 @@ def test_a_superseded_case_whose_chunk_is_still_in_force_is_bad_input_not_a_leak
     assert main(args) == 2
     captured = capsys.readouterr()
     n_lines = len((LESSON / "cases.jsonl").read_text().splitlines()) + 1
-    assert (f"{cases}, line {n_lines}, field 'forbidden': value 'eu-refurb-v1-rule' (case 'old-date'): "
-            "caller 'luna-48291' may see this chunk on 2026-03-01, so returning it is not a leak") in captured.err
+    # The chunk is the right one; the day is not (issue 31): the message names the successor's start date.
+    assert (f"{cases}, line {n_lines}, field 'on_date': value '2026-03-01' (case 'old-date'): the forbidden chunk "
+            "eu-refurb-v1-rule is right, the date is not: its successor eu-refurb-v2-rule takes effect on 2026-04-01, "
+            "so on 2026-03-01 eu-refurb-v1-rule is still the current version") in captured.err
+    assert "date the case on or after 2026-04-01 (on_date=dt.date(2026, 4, 1))" in captured.err
     assert "leaked" not in captured.out
 
 

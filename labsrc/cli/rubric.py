@@ -15,7 +15,7 @@ __all__ = ["register", "run"]
 
 def run(args: argparse.Namespace) -> int:
     minimum = parse_level(args.min_level) if args.min_level else None
-    result = grade(args.submission, course=args.course, measure=not args.no_latency)
+    result = grade(args.submission, course=args.course, measure=not args.no_latency, model_answer=args.model_answer)
     print(grade_json(result) if args.json else result.to_text())
     if minimum is not None and not result.reaches(minimum):
         if not args.json:
@@ -43,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--course", metavar="DIR", help="course files to fall back on (default: fixtures/policies)")
     parser.add_argument("--json", action="store_true", help="print the grade as JSON")
+    parser.add_argument(
+        "--model-answer", action="store_true",
+        help="the submission is the course's own model answer on purpose (an instructor checking it): its course "
+             "files are still named, but do not keep it below Applied",
+    )
     parser.add_argument(
         "--no-latency", action="store_true", help="skip latency timing (faster; Production-ready cannot be reached)"
     )

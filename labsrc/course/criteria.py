@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,9 @@ from labsrc.course.checks import (
     check_positive_cases,
     query_style,
 )
+from labsrc.course.checks.result import CheckResult
 from labsrc.course.grades import Evidence
+from labsrc.course.replays import ExerciseArtifact, Replay
 from labsrc.course.submission import Submission, shell_path
 from labsrc.evaluation.budgets import STAGES
 from labsrc.gate.config import LANES, GateConfig
@@ -193,8 +195,10 @@ def _encoder(sub: Submission, cases: Sequence[Case], chunks, source: DenseSource
 def production(
     sub: Submission, cases: Sequence[Case], chunks, callers, source: DenseSource | None, source_error: str | None,
     config: GateConfig, relaxed: Sequence[str], run: GateRun | None, report: dict[str, Any] | None, why: str,
-    own_run: GateRun | None = None,
+    own_run: GateRun | None = None, replays: Mapping[str, tuple[ExerciseArtifact, Replay]] | None = None,
 ) -> list[Evidence]:
+    """``replays`` maps ``"traces"`` and ``"candidates"`` to the exercise run each artifact is judged against."""
+    replays = replays or {}
     evidence = [_encoder(sub, cases, chunks, source, source_error)]
     evidence.append(Evidence(
         "the submission's gate.json keeps the course's thresholds",
@@ -214,17 +218,11 @@ def production(
         for criterion in ("a versioned index and a pinned evaluation date", "latency measured: p50 and p95 per stage",
                           "restricted and superseded policies never enter any lane or the fused candidates",
                           "the reranker artifact holds only the fused, permitted candidates",
-                          "compact traces of failed cases hold no text and no restricted content"):
+                          "compact traces of failed cases: ids, ranks, scores and timings as the run has them; no text, "
+                          "no restricted content"):
             evidence.append(Evidence(criterion, False, "no gate run (no cases)"))
         return evidence
-    versions = dict(run.versions)
-    pinned = config.on_date is not None
-    evidence.append(Evidence(
-        "a versioned index and a pinned evaluation date",
-        pinned and bool(versions.get("index")) and bool(versions.get("dense")),
-        ", ".join(f"{k} {v}" for k, v in versions.items())
-        + ("" if pinned else "; gate.json has no on_date, so replays change with the calendar"),
-    ))
+    evidence.append(_versions(config, run, report))
     latency_gate = next((g for g in run.gates if g.family == "latency"), None)
     reported = ((report or {}).get("latency") or {}).get("stages") or {}
     unreported = [s for s in STAGES if not {"p50_ms", "p95_ms"} <= set(reported.get(s) or {})]
@@ -244,19 +242,68 @@ def production(
         "; ".join(f"{g.name}: {g.detail}" for g in exclusion) + " (probed at the depth of the whole corpus)"
         + (f"; no {' or '.join(empty)} case, so nothing was probed" if empty else ""),
     ))
-    for criterion, name, checker in (
-        ("the reranker artifact holds only the fused, permitted candidates", "candidates.jsonl", check_candidates_artifact),
-        ("compact traces of failed cases hold no text and no restricted content", "failed_traces.jsonl", check_failed_traces),
-    ):
-        path = None if sub.report is None else sub.report / name
-        if report is None or path is None or not path.is_file():
-            evidence.append(Evidence(criterion, False, why if report is None else f"no report/{name}"))
-            continue
-        records = _read_jsonl(path)
-        if name == "failed_traces.jsonl" and not run.failed_outcomes and not records:
-            evidence.append(Evidence(criterion, False, "no case failed, so there is no trace to judge (not counted)",
-                                     applicable=False))
-            continue
-        result = checker(records, run, chunks, callers)
-        evidence.append(Evidence(criterion, result.passed, "; ".join(result.problems) or f"report/{name}: " + "; ".join(result.passes)))
+    evidence.append(_artifact(
+        "the reranker artifact holds only the fused, permitted candidates", "candidates.jsonl",
+        check_candidates_artifact, sub, run, chunks, callers, report, why, replays.get("candidates")))
+    evidence.append(_artifact(
+        "compact traces of failed cases: ids, ranks, scores and timings as the run has them; no text, "
+        "no restricted content", "failed_traces.jsonl", check_failed_traces, sub, run, chunks, callers, report, why,
+        replays.get("traces")))
     return evidence
+
+
+def _versions(config: GateConfig, run: GateRun, report: Mapping[str, Any] | None) -> Evidence:
+    """The versions the learner's report records (the engine and retriever that made it), else the replay's."""
+    pinned = config.on_date is not None
+    recorded = (report or {}).get("versions")
+    if isinstance(recorded, Mapping) and recorded:
+        versions = {k: v for k, v in recorded.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
+        detail = "report.json records " + ", ".join(f"{k} {v}" for k, v in versions.items())
+        replayed = run.versions.get("retriever")
+        if versions.get("retriever") != replayed or versions.get("engine", "memory") != "memory":
+            detail += f"; the rubric replayed your cases in memory with {replayed}"
+    else:
+        versions = dict(run.versions)
+        detail = ", ".join(f"{k} {v}" for k, v in versions.items()) + " (the rubric's replay: no report)"
+    return Evidence(
+        "a versioned index and a pinned evaluation date",
+        pinned and bool(versions.get("index")) and bool(versions.get("dense")),
+        detail + ("" if pinned else "; gate.json has no on_date, so replays change with the calendar"),
+    )
+
+
+def _artifact(criterion: str, name: str, checker: Callable[..., CheckResult], sub: Submission, run: GateRun,
+              chunks, callers, report: Mapping[str, Any] | None, why: str, replay: tuple[ExerciseArtifact, Replay] | None,
+              ) -> Evidence:
+    """The learner's own artifact (the exercise's file against the rubric's replay) and the report's, both judged."""
+    traces = name == "failed_traces.jsonl"
+    options = {"same_run": False} if traces else {}
+    parts: list[str] = []
+    met = True
+    if replay is not None:
+        artifact, again = replay
+        own = sub.root / artifact.file
+        if not own.is_file():
+            met = False
+            parts.append(artifact.missing())
+        else:
+            result = checker(_read_jsonl(own), again.run, again.chunks, again.callers, **options)
+            met = met and result.passed
+            head = f"{artifact.file}, against the course's cases replayed at top_k={artifact.top_k}"
+            if traces:
+                failed = [o.case.name for o in again.run.failed_outcomes]
+                head += f" (failing {', '.join(failed) or 'none'})"
+            parts.append(f"{head}: " + ("; ".join(result.problems) or "; ".join(result.passes)))
+    path = None if sub.report is None else sub.report / name
+    if report is None or path is None or not path.is_file():
+        met = False
+        parts.append(why if report is None else f"no report/{name}")
+    else:
+        records = _read_jsonl(path)
+        if traces and not run.failed_outcomes and not records:
+            parts.append(f"report/{name}: empty, as it should be: none of your cases failed")
+        else:
+            result = checker(records, run, chunks, callers, **options)
+            met = met and result.passed
+            parts.append(f"report/{name}: " + ("; ".join(result.problems) or "; ".join(result.passes)))
+    return Evidence(criterion, met, " | ".join(parts))

@@ -10,6 +10,8 @@ A submission is a folder::
     vectors/             optional; a vector directory written by ``labsrc embed``
                          (vectors/MODEL.json, or one vectors/<model>/MODEL.json)
     report/              optional; the learner's ``labsrc gate --out report`` folder
+    step5_traces.jsonl   optional; exercise 5's compact traces (the course's cases at top_k=1)
+    step6_candidates.jsonl  optional; exercise 6's reranker candidates (the course's cases at top_k=4)
 
 :func:`grade` replays the cases through the permission-safe retriever, runs the
 gates with the course's config, and collects evidence for and against each
@@ -23,11 +25,14 @@ block Production-ready. A report made from other cases than the submission's
 level                evidence (lesson spec, "Rubric")
 ===================  ==================================================================
 Foundational         ranks RPL-14 (an exact code) first with BM25; explains the term signal
-Applied              recovers a paraphrase through the dense lane and fuses it with RRF
+Applied              recovers a paraphrase through the dense lane and fuses it with RRF, in the
+                     learner's own cases (not the course's: :mod:`labsrc.course.provenance`)
 Strong               BM25-only, dense-only and hybrid Recall@k on labelled positives,
                      plus negative safety gates
-Production-ready     a versioned encoder and index, measured latency, and proof that
-                     restricted and superseded policies never enter the fused candidates
+Production-ready     a versioned encoder and index, measured latency, proof that
+                     restricted and superseded policies never enter the fused candidates, and
+                     the learner's own traces and candidates (exercises 5 and 6) exact against
+                     the runs they came from (:mod:`labsrc.course.replays`)
 ===================  ==================================================================
 """
 
@@ -38,7 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from labsrc.course.criteria import applied, foundational, production, strong
-from labsrc.course.grades import Grade, LevelVerdict
+from labsrc.course.grades import Evidence, Grade, LevelVerdict
+from labsrc.course.provenance import Borrowed, course_files_in
+from labsrc.course.replays import EXERCISE_ARTIFACTS, replay_exercise
 from labsrc.course.submission import Submission, find_submission, shell_path
 from labsrc.course.thresholds import describe_config, relaxed_settings
 from labsrc.errors import LabError
@@ -75,13 +82,18 @@ def read_report(sub: Submission, cases: list[Case]) -> tuple[dict[str, Any] | No
     return data, "report/report.json"
 
 
-def grade(path: str | Path, *, course: str | Path | None = None, measure: bool = True) -> Grade:
+def grade(path: str | Path, *, course: str | Path | None = None, measure: bool = True,
+          model_answer: bool = False) -> Grade:
     """Grade the submission folder at ``path`` (see the module docstring for its layout).
 
     Input problems are evidence against the submission, not exceptions: a case
     file that does not load stops the grading with that error alone; missing
     vectors or reports are criteria not met, each saying what to run.
     ``measure=False`` skips latency timing (Production-ready then cannot be reached).
+    The course's own files in a submission (:mod:`labsrc.course.provenance`) are
+    named, and keep it below Applied; ``model_answer=True`` says the submission
+    is the course's model answer on purpose (an instructor checking it), so they
+    are named but do not count against it.
     """
     sub = find_submission(path, course)
     chunks: list[PolicyChunk] = load_chunks(sub.chunks)
@@ -130,7 +142,10 @@ def grade(path: str | Path, *, course: str | Path | None = None, measure: bool =
     # Unknown query text maps to the zero vector here (and is reported above), so the gates still run.
     lane_source = source.vectors if isinstance(source, StoredEmbeddings) else source
     report, why = read_report(sub, cases)
-    inputs.append(f"report: {why}")
+    made_by = _made_by(report)
+    inputs.append(f"report: {why}" + (f" ({made_by})" if made_by else ""))
+    borrowed = course_files_in(sub, cases)
+    inputs += [f"course files: {b.describe()}" for b in borrowed]
 
     run = None
     retriever = None
@@ -143,15 +158,41 @@ def grade(path: str | Path, *, course: str | Path | None = None, measure: bool =
             own_retriever = PolicyRetriever(chunks, lane_source, rrf_k=own.rrf_k)
             own_run = release_gate(own_retriever, cases, callers, own, measure=measure)
     outcomes = run.outcomes if run is not None else ()
+    replays = {key: (artifact, replay_exercise(sub.course, artifact)) for key, artifact in EXERCISE_ARTIFACTS.items()}
     levels = (
         LevelVerdict("Foundational", tuple(foundational(outcomes, retriever, callers, on_date))),
-        LevelVerdict("Applied", tuple(applied(outcomes, config.top_k, dict.fromkeys(lacking, hint)))),
+        LevelVerdict("Applied", (_own_work(borrowed, model_answer),
+                                 *applied(outcomes, config.top_k, dict.fromkeys(lacking, hint)))),
         LevelVerdict("Strong", tuple(strong(cases, chunks, callers, on_date, run, report, why, source))),
         LevelVerdict("Production-ready", tuple(production(
-            sub, cases, chunks, callers, graded_source, source_error, config, relaxed, run, report, why, own_run
+            sub, cases, chunks, callers, graded_source, source_error, config, relaxed, run, report, why, own_run,
+            replays,
         ))),
     )
     return Grade(str(path), tuple(inputs), levels, run)
+
+
+def _made_by(report: dict[str, Any] | None) -> str:
+    """'engine postgres, retriever postgres-retriever-v1': what report.json says made it."""
+    versions = (report or {}).get("versions")
+    if not isinstance(versions, dict):
+        return ""
+    return ", ".join(f"{key} {versions[key]}" for key in ("engine", "retriever") if isinstance(versions.get(key), str))
+
+
+def _own_work(borrowed: list[Borrowed], model_answer: bool) -> Evidence:
+    criterion = "the work is the learner's own, not the course's files"
+    large = [b for b in borrowed if b.large]
+    named = "; ".join(b.describe() for b in (large or borrowed))
+    if not large:
+        return Evidence(criterion, True, f"{named}: a small part, the rest is your own" if borrowed
+                        else "no case, vector file or report of the course's own was recognised")
+    if model_answer:
+        return Evidence(criterion, True, f"{named}: graded as the course's model answer on purpose (--model-answer)")
+    whose = "the course's model answer" if any(b.source.startswith("the model answer") for b in large) \
+        else "the course's own files"
+    return Evidence(criterion, False, f"{named}: this submission is {whose}, not your work, so it cannot reach Applied "
+                    "or above; write your own cases (exercises 1 and 2), embed them and gate them")
 
 
 def grade_json(grade_: Grade) -> str:

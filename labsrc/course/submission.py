@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import shlex
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 from labsrc.datasets.lesson import fixtures_dir
-from labsrc.errors import InvalidArgument
-from labsrc.records.cases import Case, load_cases
+from labsrc.errors import InvalidArgument, InvalidRecord
+from labsrc.records.cases import Case, case_format_problems, load_cases
+from labsrc.records.files import atomic_write_bytes, fsync_dir, write_durable, writing
 
 __all__ = [
     "MODEL_FOLDER",
@@ -20,6 +25,8 @@ __all__ = [
     "find_submission",
     "my_submission",
     "read_my_cases",
+    "save_my_cases",
+    "save_my_records",
     "shell_path",
 ]
 
@@ -111,6 +118,101 @@ def read_my_cases(
             "(adversarial cases) to the end; their last cells save your cases there"
         )
     return load_cases(path, chunk_ids=chunk_ids, caller_ids=caller_ids)
+
+
+#: The two parts of a submission's cases.jsonl: exercise 1 writes the positive cases, exercise 2 the others.
+_PARTS = MappingProxyType({
+    "positive": lambda case: case.kind == "positive",
+    "adversarial": lambda case: case.kind != "positive",
+})
+
+
+def save_my_cases(
+    submission: Path,
+    cases: Sequence[Case],
+    check: Callable[[Sequence[Case]], Any],
+    *,
+    part: str,
+    chunk_ids: Collection[str] | None = None,
+    caller_ids: Collection[str] | None = None,
+) -> list[Case]:
+    """Check ``cases``, then save them as ``part`` of ``submission/cases.jsonl``; returns the file's cases, read back.
+
+    ``check(cases)`` runs first (the exercise's own check, for example
+    ``lambda cs: checks.check_positive_cases(cs, chunks, callers, EVAL_DATE)``); the
+    :class:`~labsrc.course.checks.result.CheckFailed` its ``require()`` raises propagates, so a
+    file is never written with cases the exercise refuses. ``part`` (``"positive"`` for
+    exercise 1, ``"adversarial"`` for exercise 2) says which saved cases these replace;
+    the saved cases of the other part are kept (unless one of ``cases`` has their name).
+    Saving the adversarial part needs exercise 1's file (:func:`read_my_cases` says so).
+
+    The merged file is validated as :func:`~labsrc.records.cases.load_cases` would
+    (``chunk_ids`` / ``caller_ids`` as there), written beside, read back, and only
+    then renamed over the old one (:func:`os.replace`): a failure at any step leaves
+    the previous file as it was and no temporary file behind.
+    """
+    if part not in _PARTS:
+        raise InvalidArgument(f"part {part!r} is not a part of cases.jsonl; parts are {list(_PARTS)}")
+    path = Path(submission) / "cases.jsonl"
+    ids = {"chunk_ids": chunk_ids, "caller_ids": caller_ids}
+    result = check(cases)
+    if not callable(getattr(result, "require", None)):
+        raise InvalidArgument(f"check must return a CheckResult (a checks.check_... call), got {type(result).__name__}")
+    result.require()
+    if part == "adversarial" or path.is_file():
+        saved = read_my_cases(submission, **ids)
+    else:
+        saved = []
+    mine = {c.name for c in cases}
+    kept = [c for c in saved if not _PARTS[part](c) and c.name not in mine]
+    merged = [*kept, *cases] if part == "adversarial" else [*cases, *kept]
+    earlier: dict[str, str] = {}
+    for number, case in enumerate(merged, start=1):
+        problems = case_format_problems(case, earlier=earlier, **ids)
+        if problems:
+            field, message = problems[0]
+            raise InvalidRecord(f"case {case.name!r}: {message}; nothing was saved", path=path, line=number, field=field)
+        earlier[case.name] = f"line {number}"
+    data = "".join(json.dumps(c.to_dict(), ensure_ascii=False) + "\n" for c in merged).encode("utf-8")
+    beside = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        with writing(beside):
+            write_durable(beside, lambda handle: handle.write(data))
+        written = load_cases(beside, **ids)  # what the next exercise will read, before it replaces anything
+        if written != merged:
+            raise InvalidRecord("the cases read back differ from the cases written; nothing was saved", path=path)
+        with writing(path):
+            os.replace(beside, path)
+    finally:
+        beside.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+    return written
+
+
+def save_my_records(
+    submission: Path, name: str, records: Sequence[Any], check: Callable[[Sequence[Any]], Any]
+) -> Path:
+    """Check ``records``, then save them to ``submission/name`` as JSONL, one object per line; returns the path.
+
+    Exercises 5 and 6 save their traces and candidates this way
+    (``labsrc.course.replays.EXERCISE_ARTIFACTS`` names the files). ``check(records)``
+    runs first, and the :class:`~labsrc.course.checks.result.CheckFailed` its
+    ``require()`` raises propagates, so nothing the exercise refuses is written; a
+    record JSON cannot hold (NaN, an object) is refused too. The file is replaced
+    atomically (:func:`~labsrc.records.files.atomic_write_bytes`): a failure leaves
+    the previous one as it was.
+    """
+    result = check(records)
+    if not callable(getattr(result, "require", None)):
+        raise InvalidArgument(f"check must return a CheckResult (a checks.check_... call), got {type(result).__name__}")
+    result.require()
+    lines = []
+    for number, record in enumerate(records, start=1):
+        try:
+            lines.append(json.dumps(record, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n")
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"record #{number} cannot be written as JSON ({exc}); nothing was saved") from None
+    return atomic_write_bytes(Path(submission) / name, "".join(lines).encode("utf-8"))
 
 
 def _vector_dir(root: Path) -> Path | None:

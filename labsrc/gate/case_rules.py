@@ -64,6 +64,42 @@ def _reasons(reasons: Sequence[BlockReason]) -> str:
     return ", ".join(r.value for r in reasons)
 
 
+def _successor(chunk: PolicyChunk, chunks: Mapping[str, PolicyChunk]) -> PolicyChunk | None:
+    """The version of ``chunk``'s document that takes over when it ends: the first to start after its last day."""
+    if chunk.effective_to is None:
+        return None
+    later = [c for c in chunks.values() if c.document_id == chunk.document_id and c.effective_from > chunk.effective_to]
+    return min(later, key=lambda c: (c.effective_from, c.chunk_id), default=None)
+
+
+def _date_message(case: Case, chunk: PolicyChunk, chunks: Mapping[str, PolicyChunk], day: dt.date,
+                  run_date: dt.date) -> str | None:
+    """Why a superseded / not_yet_effective case's forbidden ``chunk`` is visible on ``day`` when the case's
+    date, not its choice of chunk, is what is wrong (the successor starts later); None when the date is not it."""
+    if case.kind == "superseded" and chunk.effective_to is not None and day <= chunk.effective_to:
+        successor = _successor(chunk, chunks)
+        start = successor.effective_from if successor is not None else chunk.effective_to + dt.timedelta(days=1)
+        who = f"its successor {successor.chunk_id}" if successor is not None else "the next version"
+        drop = f", or drop on_date (the run's date, {run_date}, is after it)" if case.on_date and run_date >= start else ""
+        return (
+            f"the forbidden chunk {chunk.chunk_id} is right, the date is not: {who} takes effect on "
+            f"{start}, so on {day} {chunk.chunk_id} is still the current version (in force until "
+            f"{chunk.effective_to}) and the boundary rightly shows it; date the case on or after {start} "
+            f"(on_date=dt.date({start.year}, {start.month}, {start.day})){drop}"
+        )
+    if case.kind == "not_yet_effective" and day >= chunk.effective_from and (
+            chunk.effective_to is None or day <= chunk.effective_to):
+        start = chunk.effective_from
+        last = start - dt.timedelta(days=1)
+        drop = f", or drop on_date (the run's date, {run_date}, is before it)" if case.on_date and run_date < start else ""
+        return (
+            f"the forbidden chunk {chunk.chunk_id} is right, the date is not: it takes effect on {start}, "
+            f"so on {day} it is already in force and the boundary rightly shows it; date the case before {start} "
+            f"(on_date=dt.date({last.year}, {last.month}, {last.day}) at the latest){drop}"
+        )
+    return None
+
+
 def case_problems(
     case: Case,
     callers: Mapping[str, Caller],
@@ -108,7 +144,10 @@ def case_problems(
         for chunk_id in case.forbidden:
             reasons = block_reasons(caller, chunks[chunk_id], day)
             hidden[chunk_id] = reasons
-            if not reasons:
+            dated = None if reasons else _date_message(case, chunks[chunk_id], chunks, day, on_date)
+            if dated is not None:  # the right chunk on the wrong day: the date is what to change
+                problem("on_date", day.isoformat() if case.on_date else f"(none: the run's date, {day})", dated)
+            elif not reasons:
                 problem(
                     "forbidden",
                     chunk_id,

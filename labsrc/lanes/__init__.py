@@ -24,6 +24,10 @@ from labsrc.lanes.bm25 import (
     idf_lucene,
     length_norm,
 )
+from labsrc.lanes.broken_vectors import (
+    broken_rows_error,
+    embed_command,
+)
 from labsrc.lanes.coverage import (
     EMBED_COMMAND,
     missing_query_vectors,
@@ -202,4 +206,6 @@ __all__ = [
     "vectors_match_texts",
     "visible_chunks",
     "write_vector_dir",
+    "broken_rows_error",
+    "embed_command",
 ]

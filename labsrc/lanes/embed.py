@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from labsrc.errors import InvalidArgument, InvalidRecord, MissingDependency
+from labsrc.lanes.broken_vectors import broken_rows_error
 from labsrc.lanes.dense import Encoder
 from labsrc.lanes.vectordir import VectorDirectory, load_vector_dir, write_vector_dir
 from labsrc.records.loading import Field, iter_jsonl, load_json
@@ -352,7 +353,8 @@ def load_embeddings(
     """Load a vector directory written by ``labsrc embed`` (validated by :func:`~labsrc.lanes.vectordir.load_vector_dir`).
 
     With ``chunks``, the stored chunk ids must be exactly theirs. ``queries.jsonl``
-    must list exactly the ids of ``query_ids.txt``.
+    must list exactly the ids of ``query_ids.txt``. A matrix holding NaN or infinity is an
+    error naming the file, each such row's id and the ``labsrc embed`` command that writes it again.
     """
     path = Path(path)
     queries_path = path / _QUERIES_FILE
@@ -366,9 +368,15 @@ def load_embeddings(
         if qid in queries:
             raise f.error("_id", f"duplicate query id {qid!r}")
         queries[qid] = text
-    vectors = load_vector_dir(
-        path, corpus_ids=None if chunks is None else [c.chunk_id for c in chunks], queries=queries
-    )
+    try:
+        vectors = load_vector_dir(
+            path, corpus_ids=None if chunks is None else [c.chunk_id for c in chunks], queries=queries
+        )
+    except InvalidRecord as exc:  # a NaN row (or its checksum): name the rows, their ids and the command
+        clearer = broken_rows_error(path, exc)
+        if clearer is None:
+            raise
+        raise clearer from exc
     return StoredEmbeddings(vectors, queries, path=path, encoder=encoder, allow_live=allow_live)
 
 

@@ -13,6 +13,7 @@ from labsrc.records.cases import (
     cases_digest,
     iter_cases,
     load_cases,
+    padded_id_hint,
 )
 from labsrc.records.checks import (
     check_caller,
@@ -84,6 +85,7 @@ __all__ = [
     "iter_jsonl",
     "load_callers",
     "load_cases",
+    "padded_id_hint",
     "load_chunks",
     "load_json",
     "load_npy",

@@ -28,7 +28,16 @@ from typing import Any
 from labsrc.errors import InvalidArgument
 from labsrc.records.loading import Field, iter_jsonl, parse_date
 
-__all__ = ["CASE_KINDS", "NEGATIVE_KINDS", "Case", "case_format_problems", "cases_digest", "iter_cases", "load_cases"]
+__all__ = [
+    "CASE_KINDS",
+    "NEGATIVE_KINDS",
+    "Case",
+    "case_format_problems",
+    "cases_digest",
+    "iter_cases",
+    "load_cases",
+    "padded_id_hint",
+]
 
 CASE_KINDS = ("positive", "restricted", "superseded", "not_yet_effective", "wrong_region", "absent")
 NEGATIVE_KINDS = ("restricted", "superseded", "not_yet_effective", "wrong_region")
@@ -111,6 +120,26 @@ def _chunk_ids(where: str, field: str, value: object) -> tuple[str, ...]:
 _FIELDS = {"name", "query", "caller", "kind", "expected", "forbidden", "on_date", "notes"}
 
 
+def padded_id_hint(chunk_id: str, known: Collection[str]) -> str | None:
+    """What to say about an unknown id with whitespace around it (``"us-return-window-v2 "``); None when it has none.
+
+    An id with a trailing space looks right when printed and is off by one character
+    for every lookup; ``repr`` shows the space, and the message says whether the
+    stripped id is a stored one. The course's checks say it too (``checks.cases.id_hint``).
+    """
+    stripped = chunk_id.strip()
+    if stripped == chunk_id or not stripped:
+        return None
+    lead, trail = chunk_id[: len(chunk_id) - len(chunk_id.lstrip())], chunk_id[len(chunk_id.rstrip()):]
+    side = "leading and trailing" if lead and trail else "leading" if lead else "trailing"
+    pad = lead + trail
+    what = f"a {side} space" if pad == " " else f"{side} spaces" if set(pad) == {" "} else f"{side} whitespace {pad!r}"
+    if stripped in known:
+        fix = "remove the space" if pad == " " else "remove the spaces" if set(pad) == {" "} else "strip it"
+        return f"{chunk_id!r} has {what}: stripped, it is {stripped!r}, a stored chunk's id; {fix}"
+    return f"{chunk_id!r} has {what}, and no stored chunk has the stripped id {stripped!r} either"
+
+
 def case_format_problems(
     case: Case,
     *,
@@ -154,7 +183,8 @@ def case_format_problems(
         for field in ("expected", "forbidden"):
             unknown = [cid for cid in getattr(case, field) if cid not in chunk_ids]
             if unknown:
-                problems.append((field, f"unknown chunk id(s) {unknown}"))
+                hints = [h for h in (padded_id_hint(cid, chunk_ids) for cid in unknown) if h]
+                problems.append((field, "; ".join([f"unknown chunk id(s) {unknown}", *hints])))
     return problems
 
 

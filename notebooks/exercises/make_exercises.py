@@ -27,14 +27,14 @@ B, S, X = "both", "student", "solution"
 IMPORTS = """# NBVAL_IGNORE_OUTPUT
 # Imports only. Output is not compared: a first import on a fresh machine may print a one-time notice.
 import json
-import tempfile
 from pathlib import Path
 
 import labsrc
 from labsrc.course import checks as checks
-from labsrc.course import my_submission, read_my_cases
+from labsrc.course import my_submission, read_my_cases, save_my_cases, save_my_records
 from labsrc.lanes.embed import load_embeddings
 from labsrc.datasets.lesson import fixtures_dir"""
+
 
 LOAD = """# The course corpus: 51 support-policy chunks in three regions, six callers, thirty reference cases.
 COURSE = fixtures_dir() / "policies"
@@ -155,15 +155,13 @@ for case in my_cases:
 Save them as JSONL, the gate harness's case format, to `cases.jsonl` in your submission folder (`SUBMISSION`,
 defined at the top). Your positive cases replace the ones saved before; the adversarial cases of exercise 2, if the
 file holds them already, are kept, so you can run this cell again at any time.
-`load_cases` reads the file back and rejects unknown chunk ids or callers, naming the line."""),
+`save_my_cases` runs the check above first and saves only cases that pass it, as `load_cases` will read them
+(unknown chunk ids or callers are refused, naming the line); a refused save leaves the file as it was."""),
     code("""ids = {"chunk_ids": {c.chunk_id for c in chunks}, "caller_ids": set(callers)}
-path = SUBMISSION / "cases.jsonl"
-mine = {c.name for c in my_cases}
-kept = [c for c in labsrc.load_cases(path, **ids) if c.kind != "positive" and c.name not in mine] if path.is_file() else []
-path.write_text("".join(json.dumps(c.to_dict()) + "\\n" for c in [*my_cases, *kept]), encoding="utf-8")
-saved = labsrc.load_cases(path, **ids)
-print(f"{len(my_cases)} positive cases saved to {SUBMISSION.name}/cases.jsonl ({len(kept)} cases of exercise 2 kept) "
-      f"and read back: {len(saved)} cases")"""),
+saved = save_my_cases(SUBMISSION, my_cases, lambda cases: checks.check_positive_cases(cases, chunks, callers, EVAL_DATE),
+                      part="positive", **ids)
+print(f"{len(my_cases)} positive cases saved to {SUBMISSION.name}/cases.jsonl "
+      f"({len(saved) - len(my_cases)} cases of exercise 2 kept) and read back: {len(saved)} cases")"""),
     md("""## Mastery check
 
 1. Which of your cases does BM25 miss, and why? Which does the dense lane miss?
@@ -254,14 +252,13 @@ for outcome in run_cases(retriever, my_cases, callers, EVAL_DATE, top_k=2):
 
 Your submission's `cases.jsonl` holds the positive cases of exercise 1 and the adversarial cases of this one.
 This cell reads *your* exercise-1 cases from `SUBMISSION` (exercise 1's last cell saved them there), keeps them,
-and replaces the adversarial cases saved before with these; run it again whenever you change them."""),
+and replaces the adversarial cases saved before with these; run it again whenever you change them. It runs the check
+above first and saves only cases that pass it: a refused save leaves the file as it was."""),
     code("""ids = {"chunk_ids": {c.chunk_id for c in chunks}, "caller_ids": set(callers)}
-path = SUBMISSION / "cases.jsonl"
-mine = {c.name for c in my_cases}
-exercise_1 = [c for c in read_my_cases(SUBMISSION, **ids) if c.kind == "positive" and c.name not in mine]
-path.write_text("".join(json.dumps(c.to_dict()) + "\\n" for c in [*exercise_1, *my_cases]), encoding="utf-8")
-saved = labsrc.load_cases(path, **ids)  # the same validation as the checks: nothing is refused here
-print(f"{len(exercise_1)} cases from exercise 1 + {len(my_cases)} from exercise 2 = {len(saved)} cases "
+saved = save_my_cases(
+    SUBMISSION, my_cases, lambda cases: checks.check_adversarial_cases(cases, chunks, callers, EVAL_DATE, dense=dense),
+    part="adversarial", **ids)
+print(f"{len(saved) - len(my_cases)} cases from exercise 1 + {len(my_cases)} from exercise 2 = {len(saved)} cases "
       f"in {SUBMISSION.name}/cases.jsonl")"""),
     md("""Your new queries have no stored vectors yet. Embed them once (the `embed` extra, part of the course set-up)
 before exercise 3, and again whenever you change a query:
@@ -429,7 +426,6 @@ This is step 4 of the lesson's "Build it yourself": *compare BM25, dense and RRF
 # Imports only. Output is not compared: a first import on a fresh machine may print a one-time notice.
 %matplotlib inline
 import json
-import tempfile
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -532,8 +528,11 @@ print("failed cases:", [o.case.name for o in run.failed_outcomes])"""),
     md("""## Your turn
 
 Build `traces`: one dict per failed case with `case`, `sparse_ids`, `dense_ids`, `fused_ids`, `candidates`
-(each `{"chunk_id", "bm25_rank", "dense_rank", "hybrid_rank"}`, ranks 1-based or `None`), `versions` and `timings_ms`.
-`o.trace.to_dict()` gives the ids, versions and timings; `o.lane_rank(chunk_id, lane)` gives a rank. No text."""),
+(each `{"chunk_id", "bm25_rank", "dense_rank", "hybrid_rank"}`, ranks 1-based or `None`, and, if you keep them,
+each lane's score as `bm25_score`, `dense_score`, `hybrid_score`), `versions` and `timings_ms`.
+`o.trace.to_dict()` gives the ids, versions and timings; `o.lane_rank(chunk_id, lane)` gives a rank, and
+`o.ids[lane]` with `o.scores[lane]` the scores. No text, and nothing rounded: the check compares every score and
+timing with the run to the last digit, because `1/61` and `1/62` are both `0.02` at two decimals."""),
     code("""traces = []
 for o in run.failed_outcomes:
     result = retriever.search(o.case.query, callers[o.case.caller], run.on_date, run.config.top_k)
@@ -542,6 +541,7 @@ for o in run.failed_outcomes:
     code("""traces = []
 for o in run.failed_outcomes:
     seen = sorted(set(o.ids["bm25"]) | set(o.ids["dense"]) | set(o.ids["hybrid"]))
+    scores = {lane: dict(zip(o.ids[lane], o.scores[lane])) for lane in ("bm25", "dense", "hybrid")}
     traces.append({
         "case": o.case.name,
         "kind": o.case.kind,
@@ -549,7 +549,9 @@ for o in run.failed_outcomes:
         "expected": list(o.case.expected),
         **o.trace.to_dict(),  # versions, query_kind, sparse_ids, dense_ids, fused_ids, timings_ms
         "candidates": [
-            {"chunk_id": cid, **{f"{lane}_rank": o.lane_rank(cid, lane) for lane in ("bm25", "dense", "hybrid")}}
+            {"chunk_id": cid,
+             **{f"{lane}_rank": o.lane_rank(cid, lane) for lane in ("bm25", "dense", "hybrid")},
+             **{f"{lane}_score": scores[lane].get(cid) for lane in ("bm25", "dense", "hybrid")}}
             for cid in seen
         ],
     })
@@ -562,16 +564,21 @@ print(result)"""),
 Timings are left out of the printout because they change from run to run."""),
     code("""print(json.dumps({key: value for key, value in traces[1].items() if key != "timings_ms"}, indent=1, sort_keys=True))"""),
     md("""The expected chunk is the dense lane's first place and missing from BM25; RRF kept BM25's first place
-because both scored `1/61` and its id sorts first.
+because both scored `1/61` (`hybrid_score` 0.01639344262295082) and its id sorts first. At `top_k = 1` the
+fused list holds one chunk, so the expected chunk has no `hybrid_score` of its own: its RRF, `1/61` from its dense
+rank, tied the kept chunk's to the last digit.
 
 ## Save them
 
-One JSON object per line, next to the report. `labsrc gate --out DIR` writes the same shape to
-`DIR/failed_traces.jsonl`."""),
-    code("""path = Path(tempfile.mkdtemp()) / "failed_traces.jsonl"
-path.write_text("".join(json.dumps(t, sort_keys=True) + "\\n" for t in traces), encoding="utf-8")
+One JSON object per line, in your submission, where the rubric judges them: it replays this run (the course's
+cases at `top_k = 1`) and compares your file with it, id by id and score by score. The save checks first and writes
+only traces that pass, so a failed check never leaves a file behind. `labsrc gate --out DIR` writes the same shape
+to `DIR/failed_traces.jsonl`."""),
+    code("""path = save_my_records(SUBMISSION, "step5_traces.jsonl", traces,
+                       lambda records: checks.check_failed_traces(records, run, chunks, callers))
 reloaded = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-print(len(reloaded), "traces written; chunk text found in the file:", checks.chunk_text_in(reloaded, chunks))"""),
+print(len(reloaded), f"traces saved to {SUBMISSION.name}/{path.name}; chunk text found in the file:",
+      checks.chunk_text_in(reloaded, chunks))"""),
     md("""## Mastery check
 
 1. Why is a trace that stores the fused chunks' text a leak even when the caller was allowed to see them?
@@ -642,8 +649,9 @@ lanes rank first, `1/61 + 1/62` for first and second.
 
 The artifact holds ids only. When the reranker runs, it fetches each candidate's text from the caller's
 permitted universe on the case's date, so it can never read a chunk the caller may not see."""),
-    code("""path = Path(tempfile.mkdtemp()) / "candidates.jsonl"
-path.write_text("".join(json.dumps(r, sort_keys=True) + "\\n" for r in records), encoding="utf-8")
+    code("""path = save_my_records(SUBMISSION, "step6_candidates.jsonl", records,
+                       lambda saved: checks.check_candidates_artifact(saved, run, chunks, callers))
+print(f"{len(records)} records saved to {SUBMISSION.name}/{path.name}")
 cases_by_name = {c.name: c for c in course_cases}
 inside = 0
 for line in path.read_text(encoding="utf-8").splitlines():
@@ -655,8 +663,9 @@ print(f"{inside} of {len(records)} records hold only permitted ids")"""),
     md("""## Hand it in
 
 Your submission folder, `SUBMISSION` (`my-submission` at the repository root), holds `cases.jsonl`, your
-`vectors/` (from `labsrc embed`) and a `report/` folder from `labsrc gate`, which contains `candidates.jsonl` in
-this shape. From the repository root:
+`vectors/` (from `labsrc embed`), `step5_traces.jsonl` and `step6_candidates.jsonl` (exercises 5 and 6, which the
+rubric checks against its own replay of their runs) and a `report/` folder from `labsrc gate`, which contains
+`candidates.jsonl` in this shape. From the repository root:
 
 ```bash
 labsrc gate --chunks fixtures/policies/chunks.jsonl --callers fixtures/policies/callers.json \\
@@ -691,7 +700,9 @@ def build(cells, variant):
     for kind, text, which in cells:
         if which not in (B, variant):
             continue
-        nb.cells.append(nbformat.v4.new_markdown_cell(text) if kind == "md" else nbformat.v4.new_code_cell(text))
+        cell = nbformat.v4.new_markdown_cell(text) if kind == "md" else nbformat.v4.new_code_cell(text)
+        cell.id = f"cell-{len(nb.cells):02d}"  # stable, so regenerating a notebook changes only what changed
+        nb.cells.append(cell)
     return nb
 
 

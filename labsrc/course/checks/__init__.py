@@ -48,6 +48,15 @@ from labsrc.course.checks.evidence import (
     policy_codes,
     query_style,
 )
+from labsrc.course.checks.precision import (
+    ROUNDED_DECIMALS,
+    SCORE_KEYS,
+    TIE_NOTE,
+    check_trace_scores,
+    check_trace_timings,
+    lane_score,
+    rounded_decimals,
+)
 from labsrc.course.checks.result import (
     CheckFailed,
     CheckResult,
@@ -73,7 +82,10 @@ __all__ = [
     "PERCENTILE_METHOD",
     "QUERY_STYLES",
     "QUESTION_WORDS",
+    "ROUNDED_DECIMALS",
+    "SCORE_KEYS",
     "SHOWN_PER_KIND",
+    "TIE_NOTE",
     "TRACE_VERSION_KEYS",
     "check_adversarial_cases",
     "check_candidates_artifact",
@@ -82,6 +94,8 @@ __all__ = [
     "check_failed_traces",
     "check_lane_comparison",
     "check_positive_cases",
+    "check_trace_scores",
+    "check_trace_timings",
     "chunk_text_by_field",
     "chunk_text_in",
     "chunk_titles_by_field",
@@ -91,8 +105,10 @@ __all__ = [
     "distinct_digits",
     "hidden_ids_in",
     "id_hint",
+    "lane_score",
     "policy_codes",
     "query_style",
     "rank_problem",
+    "rounded_decimals",
     "rrf_of_ranks",
 ]

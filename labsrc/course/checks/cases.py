@@ -31,7 +31,7 @@ from labsrc.gate.gates import as_caller_map
 from labsrc.lanes.analysis import tokens
 from labsrc.lanes.dense import dense_rank
 from labsrc.lanes.sparse import bm25_rank
-from labsrc.records.cases import NEGATIVE_KINDS, Case, case_format_problems
+from labsrc.records.cases import NEGATIVE_KINDS, Case, padded_id_hint, case_format_problems
 from labsrc.records.policy import Caller, PolicyChunk
 
 __all__ = [
@@ -69,12 +69,19 @@ def _format_problems(out: Collector, cases: Sequence[Case]) -> None:
 
 
 def id_hint(chunk_id: str, known: Collection[str]) -> str:
-    """What to say about an id no stored chunk has: the same id in other letter case, or the nearest ids."""
-    same = sorted(k for k in known if k.casefold() == chunk_id.casefold())
+    """What to say about an id no stored chunk has: whitespace around it, the same id in other letter case,
+    or the nearest ids."""
+    padded = padded_id_hint(chunk_id, known)
+    stripped = chunk_id.strip() or chunk_id
+    if padded is not None and stripped in known:
+        return padded
+    same = sorted(k for k in known if k.casefold() == stripped.casefold())
     if same:
-        return f"ids are case-sensitive: did you mean {same[0]!r}?"
-    near = difflib.get_close_matches(chunk_id, sorted(known), n=2, cutoff=0.75)
-    return f"did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+        near = f"ids are case-sensitive: did you mean {same[0]!r}?"
+    else:
+        close = difflib.get_close_matches(stripped, sorted(known), n=2, cutoff=0.75)
+        near = f"did you mean {' or '.join(repr(n) for n in close)}?" if close else ""
+    return "; ".join(h for h in (padded, near) if h)
 
 
 def _rule_problems(out: Collector, case: Case, who, by_id, on_date: dt.date) -> bool:

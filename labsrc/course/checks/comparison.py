@@ -143,22 +143,67 @@ def _swapped_hint(stage: str, stat: str, value: float, run: GateRun) -> str | No
     return None
 
 
-def _latency_hint(stage: str, stat: str, value: float, samples: Sequence[float], run: GateRun | None = None) -> str:
+def _methods_giving(data: np.ndarray, q: int, value: float) -> list[str]:
+    """The numpy methods of :data:`_OTHER_METHODS` whose ``q``-th percentile of ``data`` is ``value``, in that order."""
+    return [m for m in _OTHER_METHODS
+            if math.isclose(value, float(np.percentile(data, q, method=m)), rel_tol=1e-6, abs_tol=1e-9)]
+
+
+def _named(method: str, others: Sequence[str], what: str) -> str:
+    """``the nearest percentile (numpy method='nearest')``, plus the methods that give the same ``what`` here."""
+    if len(others) == 1:
+        alike = f", or method {others[0]!r}, which gives the same {what} on these samples"
+    elif others:
+        names = f"{', '.join(repr(m) for m in others[:-1])} and {others[-1]!r}"
+        alike = f", or methods {names}, which give the same {what} on these samples"
+    else:
+        alike = ""
+    return f"the {_OTHER_METHODS[method]} percentile (numpy method={method!r}){alike}"
+
+
+def _joint_method_hint(stat: str, value: float, other: float | None, data: np.ndarray) -> str | None:
+    """The numpy method that gives both this ``stat``'s ``value`` and the other stat's ``other``, or None.
+
+    One method explains a learner's two numbers better than two methods do (numpy's 'nearest'
+    can look like 'higher' at p50 and 'inverted_cdf' at p95), so each method is tried on both.
+    """
+    if other is None:
+        return None
+    q, other_q = (50, 95) if stat == "p50" else (95, 50)
+    both = [m for m in _methods_giving(data, q, value) if m in _methods_giving(data, other_q, other)]
+    if not both:
+        return None
+    other_stat = "p95" if stat == "p50" else "p50"
+    return (f"your p50 and p95 are both {_named(both[0], both[1:], 'two numbers')}: "
+            f"numpy.percentile(samples, {q}, method={both[0]!r}) gives your {stat} and "
+            f"numpy.percentile(samples, {other_q}, method={both[0]!r}) your {other_stat}")
+
+
+def _method_hint(stat: str, value: float, data: np.ndarray) -> str | None:
+    """The numpy method that gives ``value`` as this ``stat`` on its own (when none gives both numbers), or None."""
+    here = _methods_giving(data, 50 if stat == "p50" else 95, value)
+    return f"your {stat} is {_named(here[0], here[1:], stat)}" if here else None
+
+
+def _latency_hint(stage: str, stat: str, value: float, samples: Sequence[float], run: GateRun | None = None,
+                  other: float | None = None) -> str:
+    """Which mistake gave ``value``; ``other`` is the learner's figure for the stage's other percentile."""
     swapped = _swapped_hint(stage, stat, value, run) if run is not None and run.latency is not None else None
     if swapped is not None:
         return swapped
     data = np.asarray(samples, dtype=np.float64)
     q = 50 if stat == "p50" else 95
     if data.size:
+        joint = _joint_method_hint(stat, value, other, data)
+        if joint is not None:
+            return f"{joint}; {PERCENTILE_METHOD}"
         if stat == "p50" and math.isclose(value, float(np.mean(data)), rel_tol=1e-6, abs_tol=1e-9):
             return f"your p50 looks like the mean of the {data.size} samples: p50 is the median (50th percentile)"
         if math.isclose(value, float(np.max(data)), rel_tol=1e-6, abs_tol=1e-9):
             return f"your {stat} is the largest of the {data.size} samples, not the {q}th percentile"
-        for method, label in _OTHER_METHODS.items():
-            other = float(np.percentile(data, q, method=method))
-            linear = float(np.percentile(data, q, method="linear"))
-            if not math.isclose(other, linear, rel_tol=1e-9) and math.isclose(value, other, rel_tol=1e-6, abs_tol=1e-9):
-                return f"your {stat} is the {label} percentile (numpy method={method!r}); {PERCENTILE_METHOD}"
+        alone = _method_hint(stat, value, data)
+        if alone is not None:
+            return f"{alone}; {PERCENTILE_METHOD}"
     return PERCENTILE_METHOD
 
 
@@ -229,7 +274,8 @@ def check_lane_comparison(
                 out.problem(f"stage {stage} {stat} is {entry[stat]!r}: store the number of milliseconds")
             elif truth is not None and not math.isclose(value, truth, rel_tol=1e-6, abs_tol=1e-9):
                 shown, real = distinct_digits(value, truth, 3)
-                hint = _latency_hint(stage, stat, value, run.latency.samples.get(stage, ()), run)
+                other = _number(entry.get("p95" if stat == "p50" else "p50"))
+                hint = _latency_hint(stage, stat, value, run.latency.samples.get(stage, ()), run, other)
                 out.problem(f"stage {stage} {stat} is {shown} ms but the run measured {real} ms: {hint}",
                             kind=f"wrong {stat}")
         a, b = _number(entry.get("p50")), _number(entry.get("p95"))

@@ -15,9 +15,10 @@ import numpy as np
 
 from labsrc.boundary import permitted_chunks
 from labsrc.course.checks.result import CheckResult, Collector
+from labsrc.course.submission import MODEL_FOLDER, shell_path
 from labsrc.gate.gates import as_caller_map
 from labsrc.lanes.analysis import tokens
-from labsrc.lanes.coverage import missing_query_vectors, no_vector_hint, query_lookup
+from labsrc.lanes.coverage import EMBED_COMMAND, missing_query_vectors, no_vector_hint, query_lookup
 from labsrc.lanes.dense import dense_rank
 from labsrc.lanes.sparse import bm25_rank
 from labsrc.records.cases import Case
@@ -75,11 +76,39 @@ def check_dense_source(
     ``chunks`` given, a query vector that is a chunk's document vector
     (:func:`copied_query_vectors`) is refused.
     """
+    out = Collector("step 3, real encoder")
+    _dense_source(out, source, cases, cases_path=cases_path, chunks=chunks)
+    return out.result()
+
+
+def _model_file(source: Any) -> str:
+    """Where the source's MODEL.json is, as the learner would open it."""
+    path = getattr(source, "path", None)
+    return "MODEL.json" if path is None else str(path / "MODEL.json")
+
+
+def _rewrite_model(source: Any, cases_path: str) -> str:
+    """The ``labsrc embed`` command that rewrites the source's folder, MODEL.json included."""
+    path = getattr(source, "path", None)
+    out = shell_path(path) if path is not None else f"my-submission/vectors/{MODEL_FOLDER}"
+    return EMBED_COMMAND.format(chunks="fixtures/policies/chunks.jsonl", cases=cases_path, out=out)
+
+
+def _dense_source(
+    out: Collector,
+    source: Any,
+    cases: Sequence[Case],
+    *,
+    cases_path: str,
+    chunks: Sequence[PolicyChunk],
+    report: Mapping[str, Any] | None = None,
+) -> None:
+    """:func:`check_dense_source` into ``out``; with the learner's ``report``, a field MODEL.json lacks says
+    that the report's value for it is not what is wrong."""
     from labsrc.lanes.embed import (
         missing_model_fields,  # embed imports vectordir; keep checks importable on its own
     )
 
-    out = Collector("step 3, real encoder")
     version = str(getattr(source, "version", ""))
     model = dict(getattr(source, "model", None) or {})
     frozen = version.startswith(("fixture-", "hashing-"))
@@ -93,11 +122,19 @@ def check_dense_source(
         out.problem("the dense source carries no model record (MODEL.json): its version cannot be audited")
     else:
         missing = missing_model_fields(model)
+        # The report's model and normalized are read from MODEL.json alone (dim from the vectors too).
+        given = report or {}
+        answered = [k for k in missing if k in ("model", "normalized") and not _blank(given.get(k))]
+        yours = ""
+        if answered:
+            values = " and ".join(f"report[{k!r}] = {given[k]!r}" for k in answered)
+            yours = f"; your {values} {'is' if len(answered) == 1 else 'are'} not the problem, MODEL.json is"
         out.check(
             not missing,
             f"MODEL.json records {model.get('model')} ({model.get('packaged_by')}, "
             f"sentence-transformers {model.get('sentence_transformers')}, torch {model.get('torch')})",
-            f"MODEL.json lacks {missing}",
+            f"{_model_file(source)} lacks {missing} (labsrc embed records them in every folder it writes){yours}: "
+            f"re-run `{_rewrite_model(source, cases_path)}` (the 'embed' extra) to rewrite MODEL.json",
         )
         dimension = getattr(source, "dimension", None)
         out.check(
@@ -105,7 +142,9 @@ def check_dense_source(
             f"dimension {dimension} as recorded",
             f"MODEL.json says dim {model.get('dim')} but the vectors have {dimension}",
         )
-        out.check(model.get("normalized") is True, "vectors are L2-normalised", "MODEL.json does not say normalized: true")
+        if "normalized" not in missing:
+            out.check(model.get("normalized") is True, "vectors are L2-normalised",
+                      f"{_model_file(source)} says normalized: {model.get('normalized')!r}, not true")
     if cases:
         lacking = missing_query_vectors(source, cases)
         if lacking is not None:
@@ -124,7 +163,6 @@ def check_dense_source(
             )
         if chunks and not copied and (lacking is None or not lacking):
             out.passes.append("every case query has its own vector, not a chunk's document vector")
-    return out.result()
 
 
 def _blank(value: object) -> bool:
@@ -150,11 +188,10 @@ def check_encoder_report(
     not; ``shared_terms`` is the set of analysed terms its query shares with that chunk's
     text (what BM25 could score). ``bm25_wins`` names a positive case the other way round.
     """
-    base = check_dense_source(source, cases, cases_path=cases_path, chunks=chunks)
     out = Collector("step 3, real encoder")
-    out.passes += base.passes
-    for problem in base.problems:
-        out.problem(problem)
+    _dense_source(out, source, cases, cases_path=cases_path, chunks=chunks,
+                  report=report if isinstance(report, Mapping) else None)
+    source_problems = bool(out.problems)
     if not isinstance(report, Mapping):
         out.problem(f"report must be a dict with keys {list(ENCODER_REPORT_KEYS)}, not {type(report).__name__}")
         return out.result()
@@ -162,7 +199,7 @@ def check_encoder_report(
     if missing:
         out.problem(f"report leaves {missing} blank: fill in every one of {list(ENCODER_REPORT_KEYS)}")
     _check_model_fields(out, report, source)
-    if base.problems:
+    if source_problems:
         out.problem("the lane questions (dense_wins, bm25_wins) are checked once the dense source above is right")
         return out.result()
     lanes = _LaneProbe(source, cases, chunks, as_caller_map(callers), on_date, top_k)
@@ -186,8 +223,8 @@ def _check_model_fields(out: Collector, report: Mapping[str, Any], source: Any) 
         ("dim", getattr(source, "dimension", None), "MODEL.json's 'dim' field, or dense.dimension"),
         ("normalized", model.get("normalized"), "MODEL.json's 'normalized' field (a bool)"),
     ):
-        if _blank(report.get(key)):
-            continue
+        if _blank(report.get(key)) or actual is None:
+            continue  # a field MODEL.json lacks is the record's problem (said above), not the report's
         out.check(
             report[key] == actual and type(report[key]) is type(actual),
             f"report[{key!r}] = {actual!r}, as recorded",

@@ -14,8 +14,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from labsrc.course.checks.evidence import chunk_text_by_field, chunk_titles_by_field, hidden_ids_in
+from labsrc.course.checks.precision import (
+    TIE_NOTE,
+    check_trace_scores,
+    check_trace_timings,
+    lane_score,
+    rounded_decimals,
+)
 from labsrc.course.checks.result import CheckResult, Collector
-from labsrc.evaluation.budgets import STAGES
 from labsrc.gate.config import LANES
 from labsrc.gate.gates import CaseOutcome, GateRun, as_caller_map
 from labsrc.fusion.rrf import rrf_contribution
@@ -131,20 +137,44 @@ def _trace_candidates(out: Collector, label: str, trace: Mapping[str, Any], outc
                     kind="returned ids left out")
 
 
+_ID_KEYS = ("sparse_ids", "dense_ids", "fused_ids")
+
+
+def _owner(trace: Mapping[str, Any], outcomes: Mapping[str, CaseOutcome]) -> list[str]:
+    """The cases whose run has exactly this trace's three id lists."""
+    if not all(isinstance(trace.get(k), list) for k in _ID_KEYS):
+        return []
+    lists = [list(trace[k]) for k in _ID_KEYS]
+    return [name for name, o in outcomes.items()
+            if lists == [list(o.trace.sparse_ids), list(o.trace.dense_ids), list(o.trace.fused_ids)]]
+
+
 def check_failed_traces(
     traces: Sequence[Mapping[str, Any]],
     run: GateRun,
     chunks: Sequence[PolicyChunk],
     callers: Mapping[str, Caller] | Sequence[Caller],
+    *,
+    same_run: bool = True,
 ) -> CheckResult:
     """Step 5: one compact trace per failed case: candidate ids, lane ranks, versions, timings; no text.
 
     Each trace is a dict with ``case``, ``sparse_ids``, ``dense_ids``,
     ``fused_ids``, ``candidates`` (each ``{"chunk_id", "bm25_rank",
     "dense_rank", "hybrid_rank"}``, 1-based integers or None, covering every
-    returned id and the expected chunk), ``versions`` and ``timings_ms`` -- the
-    shape of :func:`labsrc.reports.report.compact_trace`. No trace may
-    contain chunk text, and none may mention a chunk its caller cannot see.
+    returned id and the expected chunk; optionally a score per lane,
+    ``bm25_score``, ``dense_score``, ``hybrid_score`` or ``rrf_score``),
+    ``versions`` and ``timings_ms`` -- the shape of
+    :func:`labsrc.reports.report.compact_trace`. No trace may contain chunk
+    text, and none may mention a chunk its caller cannot see.
+
+    Every id, rank and score is compared with the run at full precision: a
+    score rounded to two decimals hides the RRF tie of ``1/61`` and ``1/62``.
+    ``same_run`` says the traces were written from ``run`` itself (the
+    exercise), so their timings must equal its own; a replay (the rubric
+    grading a saved file) cannot time the same calls, and checks only that the
+    timings were not rounded. A trace filed under another case's name is named
+    as that case's.
     """
     out = Collector("step 5, compact traces")
     outcomes = _outcomes_by_name(run)
@@ -153,13 +183,31 @@ def check_failed_traces(
     named = [t.get("case") for t in traces if isinstance(t, Mapping)]
     lacking = [name for name in failed if name not in named]
     if failed:
-        out.check(not lacking, f"a trace for each of the {len(failed)} failed case(s)", f"no trace for failed case(s) {lacking}")
-    for name, outcome, trace in _entries(traces, outcomes, out, "trace"):
+        out.check(not lacking, f"a trace for each of the {len(failed)} failed case(s): {', '.join(failed)}",
+                  f"no trace for failed case(s) {lacking}")
+    verified: list[str] = []
+    for index, trace in enumerate(traces, start=1):
+        name = trace.get("case") if isinstance(trace, Mapping) else None
+        owners = _owner(trace, outcomes) if isinstance(trace, Mapping) else []
+        if isinstance(name, str) and owners and name not in owners:
+            owner = owners[0] if len(owners) == 1 else f"one of {owners}"
+            out.problem(f"trace #{index}, filed under case {name!r}, is case {owner!r}'s trace: its sparse_ids, "
+                        f"dense_ids and fused_ids are that case's run, not {name!r}'s; set 'case' to the case you traced",
+                        kind="traces of another case")
+            continue
+        before = len(out.problems)
+        if not isinstance(trace, Mapping):
+            out.problem(f"trace #{index} is a {type(trace).__name__}, not a dict")
+            continue
+        outcome = outcomes.get(name) if isinstance(name, str) else None
+        if outcome is None:
+            out.problem(f"trace #{index} names no case of the run (its 'case' is {name!r})"
+                        + (f"; its ids are case {owners[0]!r}'s run" if len(owners) == 1 else ""))
+            continue
         label = f"trace for case {name!r}"
         if outcome.passed:
             out.problem(f"{label}: that case passed; keep traces for failed cases only", kind="traces of passed cases")
-        lacking_keys = [k for k in ("sparse_ids", "dense_ids", "fused_ids", "candidates", "versions", "timings_ms")
-                        if k not in trace]
+        lacking_keys = [k for k in (*_ID_KEYS, "candidates", "versions", "timings_ms") if k not in trace]
         if lacking_keys:
             out.problem(f"{label} lacks {lacking_keys}: a compact trace keeps candidate ids, lane ranks, "
                         "versions and timings")
@@ -169,28 +217,33 @@ def check_failed_traces(
             if key in trace and list(trace[key]) != list(truth):
                 out.problem(f"{label}: {key} {list(trace[key])} differ from the run's {list(truth)}")
         _trace_candidates(out, label, trace, outcome)
+        scored = check_trace_scores(out, label, trace, outcome)
         versions = trace.get("versions")
         if isinstance(versions, Mapping):
             absent = [k for k in TRACE_VERSION_KEYS if not versions.get(k)]
             if absent:
                 out.problem(f"{label}: versions lack {absent}")
-        timings = trace.get("timings_ms")
-        if isinstance(timings, Mapping):
-            absent = [s for s in STAGES if s not in timings]
-            if absent:
-                out.problem(f"{label}: timings_ms lack {absent}")
-            for stage, ms in timings.items():
-                if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms):
-                    out.problem(f"{label}: timings_ms[{stage!r}] is {ms!r}: store the stage's duration in "
-                                "milliseconds as a number (o.trace.timings_ms)", kind="timings that are not numbers")
-                elif ms < 0:
-                    out.problem(f"{label}: timings_ms[{stage!r}] is {ms!r}: a duration cannot be negative; "
-                                "copy the run's o.trace.timings_ms", kind="negative timings")
-        elif "timings_ms" in trace:
-            out.problem(f"{label}: timings_ms is {timings!r}: a dict of stage → milliseconds (o.trace.timings_ms)")
+            # A replay may run on another engine than the file's run (exact either way), so only a trace of this run
+            # must name its versions.
+            differ = [k for k in TRACE_VERSION_KEYS if same_run and versions.get(k)
+                      and versions.get(k) != outcome.trace.versions.get(k)]
+            if differ:
+                out.problem(f"{label}: versions {', '.join(f'{k} {versions[k]!r}' for k in differ)} differ from the "
+                            f"run's ({', '.join(f'{k} {outcome.trace.versions.get(k)!r}' for k in differ)})")
+        timed = check_trace_timings(out, label, trace, outcome, same_run)
         _text_and_hidden(out, label, trace, outcome, chunks, who, run, " contains")
+        if len(out.problems) == before:
+            candidates = trace.get("candidates") if isinstance(trace.get("candidates"), list) else []
+            parts = [f"{', '.join(k for k in _ID_KEYS if k in trace)} equal the run's",
+                     f"{len(candidates)} candidates' lane ranks equal the run's"
+                     + (f", and {scored} scores to the last digit" if scored else "")]
+            if isinstance(versions, Mapping):
+                parts.append(f"versions name {', '.join(TRACE_VERSION_KEYS)}" + (" as the run does" if same_run else ""))
+            parts += [timed] if timed else []
+            verified.append(f"{label}: " + "; ".join(parts))
+    out.passes.extend(verified)
     if traces and not out.problems:
-        out.passes.append("no trace holds chunk text or a chunk its caller cannot see")
+        out.passes.append("no trace holds chunk text, a chunk title or a chunk its caller cannot see")
     return out.result()
 
 
@@ -210,8 +263,13 @@ def _scores(out: Collector, label: str, candidates: list[Any], outcome: CaseOutc
         elif chunk_id in outcome.ids["hybrid"]:
             ranks = [outcome.lane_rank(chunk_id, lane) for lane in ("bm25", "dense")]
             truth = rrf_of_ranks(ranks, rrf_k)
-            if not (math.isclose(score, truth, rel_tol=1e-6) or any(
-                    math.isclose(score, round(truth, d), abs_tol=1e-15) for d in range(4, 12))):
+            run_score = lane_score(outcome, chunk_id, "hybrid")
+            places = rounded_decimals(score, run_score if run_score is not None else truth)
+            if places is not None:
+                out.problem(f"{label}: {chunk_id} has rrf_score {score!r}, the run's {run_score!r} rounded to {places} "
+                            f"decimals: store the full float (o.scores['hybrid']); {TIE_NOTE}", kind="rounded scores")
+            # The sum of a chunk's lane terms in another order may differ in the last bit, never more.
+            elif not math.isclose(score, truth, rel_tol=1e-12):
                 terms = " + ".join(f"1/({rrf_k:g} + {r})" for r in ranks if r is not None)
                 out.problem(
                     f"{label}: {chunk_id} has rrf_score {score!r}, but its lane ranks (bm25 {ranks[0]}, dense {ranks[1]}) "
@@ -282,5 +340,8 @@ def check_candidates_artifact(
                     out.problem(f"{label}: {entry['chunk_id']} {lane}_rank {wrong[1]}", kind=wrong[0])
         _text_and_hidden(out, label, record, outcome, chunks, who, run, ": the record contains")
     if records and not out.problems:
-        out.passes.append("every record is the fused list with lane ranks, without text or hidden chunks")
+        listed = sum(len(r["candidates"]) for r in records if isinstance(r, Mapping) and isinstance(r.get("candidates"), list))
+        out.passes.append(f"every record is the run's fused list in order ({listed} candidates in all), with ranks "
+                          "1, 2, ..., each rrf_score the run's to the last digit and each lane rank the run's")
+        out.passes.append("no record holds chunk text, a chunk title or a chunk its caller cannot see")
     return out.result()

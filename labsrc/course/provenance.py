@@ -1,0 +1,126 @@
+"""Whose work a submission is: the course's own files recognised inside a hand-in.
+
+The course ships a model answer (``fixtures/coursework/solution``) and the
+policy fixtures (``fixtures/policies``): thirty reference cases and their
+vectors. A submission made of them, whole or in large part, proves nothing about
+the learner, so the rubric names what it recognised and caps the grade below
+Applied (:func:`labsrc.course.rubric.grade`). An instructor grading the model
+answer itself says so (``model_answer=True``, ``labsrc rubric --model-answer``).
+
+A case is the course's when its question is: the same query (case, spacing and
+punctuation aside) asked by the same caller. Names and notes are the learner's
+to change, so renaming a copied case does not make it new. Vectors are the
+course's when ``queries.npy`` and ``query_ids.txt`` are byte for byte the
+course's; a report is when its ``report.json`` is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from labsrc.course.submission import MODEL_FOLDER, Submission
+from labsrc.datasets.lesson import fixtures_dir
+from labsrc.records.cases import Case
+from labsrc.records.loading import iter_jsonl
+
+__all__ = ["LARGE_PART", "Borrowed", "course_sources", "course_files_in", "question_key"]
+
+#: The share of a submission's cases that are the course's at which it is "in large part" the course's work.
+LARGE_PART = 0.5
+
+_WORDS = re.compile(r"[^\W_]+")
+
+
+def question_key(caller: str, query: str) -> tuple[str, tuple[str, ...]]:
+    """``(caller, the query's words, case-folded)``: ``("luna-48291", ("can", "i", "swap"))`` for "Can I swap?"."""
+    return caller.strip(), tuple(w.casefold() for w in _WORDS.findall(query))
+
+
+@dataclass(frozen=True)
+class Borrowed:
+    """One part of a submission that is the course's own: ``what`` (its file), ``source`` and how much."""
+
+    what: str
+    source: str
+    count: int
+    total: int
+
+    @property
+    def large(self) -> bool:
+        """Whole, or at least :data:`LARGE_PART` of it."""
+        return self.total > 0 and self.count / self.total >= LARGE_PART
+
+    def describe(self) -> str:
+        """'cases.jsonl: all 16 cases are the course's own (...)', 'vectors/ is the course's own (...)'."""
+        if self.what != "cases.jsonl":
+            return f"{self.what} is the course's own ({self.source})"
+        share = f"all {self.total}" if self.count == self.total else f"{self.count} of {self.total}"
+        return f"cases.jsonl: {share} cases are the course's own ({self.source})"
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(fixtures_dir().resolve().parent))
+    except ValueError:
+        return str(path)
+
+
+def course_sources(course: Path) -> list[tuple[str, Path]]:
+    """The course folders a submission may have copied: ``(label, folder)``, the model answer first."""
+    sources = [("the model answer", fixtures_dir() / "coursework" / "solution"), ("the course's reference cases", course)]
+    seen: set[Path] = set()
+    unique = []
+    for label, folder in sources:
+        if folder.resolve() not in seen and folder.is_dir():
+            seen.add(folder.resolve())
+            unique.append((label, folder))
+    return unique
+
+
+def _digest(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def _questions(path: Path) -> set[tuple[str, tuple[str, ...]]]:
+    keys = set()
+    if path.is_file():
+        for _, record in iter_jsonl(path):
+            if isinstance(record, dict) and isinstance(record.get("caller"), str) and isinstance(record.get("query"), str):
+                keys.add(question_key(record["caller"], record["query"]))
+    return keys
+
+
+def _same_vectors(mine: Path, theirs: Path) -> bool:
+    pairs = [(_digest(mine / name), _digest(theirs / name)) for name in ("queries.npy", "query_ids.txt")]
+    return all(a is not None and a == b for a, b in pairs)
+
+
+def course_files_in(sub: Submission, cases: Sequence[Case]) -> list[Borrowed]:
+    """What of ``sub`` is the course's own: its cases, vectors and report, each with its source; empty when none is."""
+    found: list[Borrowed] = []
+    sources = course_sources(sub.course)
+    keys = [question_key(c.caller, c.query) for c in cases]
+    if keys:
+        best = max(((label, folder, sum(k in _questions(folder / "cases.jsonl") for k in keys)) for label, folder in sources),
+                   key=lambda item: item[2], default=None)
+        if best is not None and best[2]:
+            label, folder, count = best
+            found.append(Borrowed("cases.jsonl", f"{label}, {_shown(folder / 'cases.jsonl')}", count, len(keys)))
+    if sub.vectors is not None:
+        for label, folder in sources:
+            theirs = folder / "vectors" / MODEL_FOLDER
+            if _same_vectors(sub.vectors, theirs):
+                found.append(Borrowed("vectors/", f"{label}, {_shown(theirs)}", 1, 1))
+                break
+    if sub.report is not None:
+        mine = _digest(sub.report / "report.json")
+        for label, folder in sources:
+            theirs = folder / "report" / "report.json"
+            if mine is not None and mine == _digest(theirs):
+                found.append(Borrowed("report/", f"{label}, {_shown(theirs)}", 1, 1))
+                break
+    return found
