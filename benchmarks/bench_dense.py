@@ -1,21 +1,31 @@
 """The exact dense lane against FAISS's exact filtered search, at 384 dimensions and 100,000 chunks.
 
 One run, same machine, one thread each (BLAS and OpenMP pinned to 1), same
-queries, same permitted rows (37.5 %: 3 of 8 boundary groups, region x ACL tag):
+queries, the peers interleaved round by round, 37.5 % of the rows permitted, in two layouts measured in the same run:
 
-* ``labsrc DenseIndex``: float32 pass over the permitted groups' slices, then the
-  candidates within the rounding bound rescored in float64: exact;
+* ``groups`` (contiguous): the permitted rows are 3 whole boundary groups of 8
+  (region x ACL tag), as a caller's region and tags give;
+* ``scattered``: every chunk in one boundary group and a random 37.5 % of its
+  rows permitted, as date windows inside a group give.
+
+Rows:
+
+* ``labsrc DenseIndex``: float32 pass over the slices of the groups the mask touches
+  (every row of them, permitted or not), then the candidates within the rounding
+  bound rescored in float64: exact;
 * ``labsrc exact einsum`` (the lane before the fast pass): float64 cosine of every permitted row;
 * ``FAISS IndexFlatIP + IDSelectorBitmap``: FAISS's documented exact filtered search, float32;
-* ``FAISS IndexFlatIP per group``: one flat index per boundary group, the permitted
-  ones searched and merged: FAISS's fastest exact layout for this filter.
+* ``FAISS IndexFlatIP per group`` (groups layout only): one flat index per boundary
+  group, the permitted ones searched and merged: FAISS's fastest exact layout for
+  that filter. A scattered mask has no such layout: the selector is FAISS's fastest.
 
 Vectors: random unit vectors, or ``--scifact DIR`` for SciFact's all-MiniLM-L6-v2
 vectors cycled to ``--chunks`` rows (queries: SciFact's test queries). Prints p50
 and p95 per query and each peer's p50 over labsrc's, checks that labsrc's lists equal
 the exact einsum's (``==``), and writes JSON with ``--json``.
 
-    python benchmarks/bench_dense.py [--chunks 100000] [--dim 384] [--queries 200] [--scifact DIR] [--json OUT]
+    python benchmarks/bench_dense.py [--chunks 100000] [--dim 384] [--queries 200] [--layout groups scattered]
+                                     [--scifact DIR] [--json OUT]
 """
 
 from __future__ import annotations
@@ -73,45 +83,43 @@ def load_vectors(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, str]
     return docs, queries, f"random unit vectors, {args.dim}-d"
 
 
-def timed(fn, queries: list[str], rounds: int) -> list[float]:
-    """Per-query milliseconds over ``rounds`` passes (the first pass is a warm-up, not kept)."""
-    out: list[float] = []
+def timed(peers: list[tuple[str, object, str]], queries: list[str], rounds: int) -> dict[str, list[float]]:
+    """Per-query milliseconds of every peer over ``rounds`` passes, the peers interleaved pass by pass
+    (so a slow minute of the machine falls on all of them); the first pass is a warm-up, not kept."""
+    out: dict[str, list[float]] = {name: [] for name, _, _ in peers}
     for round_ in range(rounds + 1):
-        for q in queries:
-            start = time.perf_counter()
-            fn(q)
-            if round_:
-                out.append((time.perf_counter() - start) * 1000)
+        for name, fn, _ in peers:
+            for q in queries:
+                start = time.perf_counter()
+                fn(q)
+                if round_:
+                    out[name].append((time.perf_counter() - start) * 1000)
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chunks", type=int, default=100_000)
-    parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--top-k", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--scifact", metavar="DIR", help="BEIR SciFact folder (with vectors/<model>/) instead of random vectors")
-    parser.add_argument("--json", metavar="OUT")
-    args = parser.parse_args()
+def run_layout(layout: str, docs: np.ndarray, query_vectors: np.ndarray, args: argparse.Namespace) -> dict:
+    """Every row of one layout, timed in this process; returns the layout's JSON record."""
     import faiss
 
-    faiss.omp_set_num_threads(1)
-    docs, query_vectors, described = load_vectors(args)
     n, d = docs.shape
     rng = np.random.default_rng(1)
     day = dt.date(2026, 1, 1)
-    chunks = [
-        labsrc.PolicyChunk(f"c{i:06d}", "d", "p", "v", REGIONS[r], TAGS[t], day, None, "x")
-        for i, (r, t) in enumerate(zip(rng.integers(0, 2, n), rng.integers(0, 4, n)))
-    ]
+    if layout == "groups":
+        where = zip(rng.integers(0, 2, n), rng.integers(0, 4, n))
+    else:  # one region and tag for every chunk: the mask alone decides
+        where = ((0, 0) for _ in range(n))
+    chunks = [labsrc.PolicyChunk(f"c{i:06d}", "d", "p", "v", REGIONS[r], TAGS[t], day, None, "x")
+              for i, (r, t) in enumerate(where)]
     source = MatrixVectors({c.chunk_id: i for i, c in enumerate(chunks)}, docs, QueryTable(query_vectors))
     t0 = time.perf_counter()
     index = DenseIndex(chunks, source)
     build_s = time.perf_counter() - t0
     region, tags = PERMITTED
-    mask = np.array([c.region == region and c.acl_tag in tags for c in index.chunks])
+    if layout == "groups":
+        mask = np.array([c.region == region and c.acl_tag in tags for c in index.chunks])
+    else:
+        mask = np.zeros(n, dtype=bool)
+        mask[rng.choice(n, size=round(n * 0.375), replace=False)] = True
     rows = np.flatnonzero(mask)
     queries = [f"q{i}" for i in range(len(query_vectors))]
     k = args.top_k
@@ -123,6 +131,7 @@ def main() -> None:
 
     def labsrc_lane(q: str) -> list[tuple[str, float]]:
         return [(c.chunk_id, s) for c, s in index.search(q, k, mask)]
+
 
     flat = faiss.IndexFlatIP(d)
     flat.add(index.matrix.astype(np.float32) / np.maximum(index.norms, 1e-300)[:, None].astype(np.float32))
@@ -138,9 +147,10 @@ def main() -> None:
     for r in REGIONS:
         for t in TAGS:
             ids = np.flatnonzero([c.region == r and c.acl_tag == t for c in index.chunks])
-            sub = faiss.IndexFlatIP(d)
-            sub.add(unit32[ids])
-            groups.append(((r, t), sub, ids))
+            if ids.size:
+                sub = faiss.IndexFlatIP(d)
+                sub.add(unit32[ids])
+                groups.append(((r, t), sub, ids))
     permitted_groups = [(sub, ids) for (r, t), sub, ids in groups if r == region and t in tags]
 
     def faiss_per_group(q: str) -> None:
@@ -153,27 +163,49 @@ def main() -> None:
         return labels[order]
 
     same = all(labsrc_lane(q) == exact_einsum(q) for q in queries)
-    rows_out = {}
-    for name, fn, config in (
-        ("labsrc DenseIndex", labsrc_lane, "float32 BLAS pass over permitted groups + float64 rescore (exact)"),
+    peers = [
+        ("labsrc DenseIndex", labsrc_lane, "float32 BLAS pass over the touched groups' slices + float64 rescore (exact)"),
         ("labsrc exact einsum", exact_einsum, "float64 einsum over every permitted row (the lane before)"),
         ("FAISS IndexFlatIP + IDSelectorBitmap", faiss_selector, "float32, 1 thread, documented filtered search"),
-        ("FAISS IndexFlatIP per group", faiss_per_group, "float32, 1 thread, 3 group indexes searched and merged"),
-    ):
-        samples = timed(fn, queries, args.rounds)
-        rows_out[name] = {"config": config, "p50_ms": float(np.percentile(samples, 50)),
-                          "p95_ms": float(np.percentile(samples, 95))}
+    ]
+    if layout == "groups":
+        peers.append(("FAISS IndexFlatIP per group", faiss_per_group,
+                      "float32, 1 thread, 3 group indexes searched and merged"))
+    samples = timed(peers, queries, args.rounds)
+    rows_out = {name: {"config": config, "p50_ms": float(np.percentile(samples[name], 50)),
+                       "p95_ms": float(np.percentile(samples[name], 95))} for name, _, config in peers}
     ours = rows_out["labsrc DenseIndex"]["p50_ms"]
-    print(f"{described}: {n:,} x {d}, {mask.mean():.1%} permitted, top-{k}, {len(queries)} queries x {args.rounds} rounds")
+    print(f"layout {layout}: {n:,} x {d}, {mask.mean():.1%} permitted, top-{k}, {len(queries)} queries x {args.rounds} rounds")
     print(f"labsrc == exact einsum on every query: {same}; DenseIndex built in {build_s:.1f} s")
     print(f"{'':38} {'p50 ms':>8} {'p95 ms':>8} {'p50 / labsrc':>13}  configuration")
     for name, row in rows_out.items():
         print(f"{name:38} {row['p50_ms']:8.3f} {row['p95_ms']:8.3f} {row['p50_ms'] / ours:12.2f}x  {row['config']}")
+    print()
+    return {"permitted": float(mask.mean()), "exact": same, "rows": rows_out}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--top-k", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--layout", nargs="+", choices=("groups", "scattered"), default=["groups", "scattered"])
+    parser.add_argument("--scifact", metavar="DIR", help="BEIR SciFact folder (with vectors/<model>/) instead of random vectors")
+    parser.add_argument("--json", metavar="OUT")
+    args = parser.parse_args()
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    docs, query_vectors, described = load_vectors(args)
+    print(f"{described}: {docs.shape[0]:,} x {docs.shape[1]}\n")
+    layouts = {layout: run_layout(layout, docs, query_vectors, args) for layout in args.layout}
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "corpus": described, "chunks": n, "dim": d, "permitted": float(mask.mean()), "top_k": k,
-            "queries": len(queries), "rounds": args.rounds, "exact": same, "machine": platform.processor() or platform.machine(),
-            "rows": rows_out,
+            "corpus": described, "chunks": docs.shape[0], "dim": docs.shape[1], "top_k": args.top_k,
+            "queries": len(query_vectors), "rounds": args.rounds, "machine": platform.processor() or platform.machine(),
+            "layouts": layouts,
         }, indent=1) + "\n")
 
 
