@@ -43,6 +43,7 @@ from labsrc.course.checks import (
     rrf_of_ranks,
 )
 from labsrc.course.criteria import (
+    TRACES_CRITERION,
     applied,
     foundational,
     production,
@@ -160,4 +161,5 @@ __all__ = [
     "save_my_records",
     "shell_path",
     "strong",
+    "TRACES_CRITERION",
 ]

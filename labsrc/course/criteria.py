@@ -37,7 +37,11 @@ from labsrc.records.loading import iter_jsonl
 from labsrc.records.policy import Caller
 from labsrc.retriever.policy import PolicyRetriever
 
-__all__ = ["applied", "foundational", "production", "strong"]
+__all__ = ["TRACES_CRITERION", "applied", "foundational", "production", "strong"]
+
+#: Production-ready's criterion for step 5, judged on the learner's own traces and on the report's.
+TRACES_CRITERION = ("compact traces of failed cases: ids, ranks, scores and timings as the run has them; no text, "
+                    "no restricted content")
 
 
 def _term_signal(outcome: CaseOutcome, retriever: PolicyRetriever, callers: Mapping[str, Caller], on_date: dt.date) -> str:
@@ -218,8 +222,7 @@ def production(
         for criterion in ("a versioned index and a pinned evaluation date", "latency measured: p50 and p95 per stage",
                           "restricted and superseded policies never enter any lane or the fused candidates",
                           "the reranker artifact holds only the fused, permitted candidates",
-                          "compact traces of failed cases: ids, ranks, scores and timings as the run has them; no text, "
-                          "no restricted content"):
+                          TRACES_CRITERION):
             evidence.append(Evidence(criterion, False, "no gate run (no cases)"))
         return evidence
     evidence.append(_versions(config, run, report))
@@ -245,10 +248,8 @@ def production(
     evidence.append(_artifact(
         "the reranker artifact holds only the fused, permitted candidates", "candidates.jsonl",
         check_candidates_artifact, sub, run, chunks, callers, report, why, replays.get("candidates")))
-    evidence.append(_artifact(
-        "compact traces of failed cases: ids, ranks, scores and timings as the run has them; no text, "
-        "no restricted content", "failed_traces.jsonl", check_failed_traces, sub, run, chunks, callers, report, why,
-        replays.get("traces")))
+    evidence.append(_artifact(TRACES_CRITERION, "failed_traces.jsonl", check_failed_traces, sub, run, chunks, callers,
+                              report, why, replays.get("traces")))
     return evidence
 
 

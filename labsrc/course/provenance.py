@@ -105,8 +105,12 @@ def course_files_in(sub: Submission, cases: Sequence[Case]) -> list[Borrowed]:
     sources = course_sources(sub.course)
     keys = [question_key(c.caller, c.query) for c in cases]
     if keys:
-        best = max(((label, folder, sum(k in _questions(folder / "cases.jsonl") for k in keys)) for label, folder in sources),
-                   key=lambda item: item[2], default=None)
+        # Each course case file read once, its questions matched against every case of the submission.
+        counts = []
+        for label, folder in sources:
+            questions = _questions(folder / "cases.jsonl")
+            counts.append((label, folder, sum(k in questions for k in keys)))
+        best = max(counts, key=lambda item: item[2], default=None)
         if best is not None and best[2]:
             label, folder, count = best
             found.append(Borrowed("cases.jsonl", f"{label}, {_shown(folder / 'cases.jsonl')}", count, len(keys)))
