@@ -1,4 +1,4 @@
-"""The dense lane's float32 fast pass: the margin's arithmetic, the slices it reads, and exactness (==)."""
+"""The dense lane's fast pass: the bounds' arithmetic (float32 and int8), the slices it reads, and exactness (==)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 from factories import make_chunk
 import labsrc
 from labsrc.lanes import dense
-from labsrc.lanes.candidates import Float32Pass, float32_cosine_margin
+from labsrc.errors import InvalidArgument
+from labsrc.lanes.candidates import GATHER_BELOW, CandidatePass, float32_cosine_margin
+from labsrc.lanes.codes import Int8Rows, int8_bounds, int8_codes
 from labsrc.ranking import top_k_positions
 
 
@@ -22,13 +24,16 @@ def test_margin_is_twice_d_plus_4_units_in_the_last_place_of_float32() -> None:
 def test_a_mask_inside_one_group_reads_only_that_groups_slice() -> None:
     matrix = np.eye(6)
     keys = ["b", "a", "b", "c", "a", "b"]  # stored as a a | b b b | c
-    fast = Float32Pass(matrix, np.ones(6), keys)
+    fast = CandidatePass(matrix, np.ones(6), keys)
     assert fast.perm.tolist() == [1, 4, 0, 2, 5, 3]
-    mask = np.array([False, False, True, False, False, False])  # row 2: group b
-    assert fast._slices(mask[fast.perm]) == [(2, 5)]
-    both = np.array([True, False, False, True, False, False])  # rows 0 (b) and 3 (c): adjacent groups merge
-    assert fast._slices(both[fast.perm]) == [(2, 6)]
-    assert fast._slices(None) == [(0, 6)]
+    mask = np.array([False, False, True, True, False, True])  # rows 2 and 5 (b: 2 of 3), row 3 (c: 1 of 1)
+    runs, gathered = fast._plan(mask[fast.perm])
+    assert runs == [(2, 6)] and gathered.size == 0  # b and c are filled at least half, and adjacent: one run
+    one = np.array([False, False, True, False, False, False])  # row 2 only: 1 of b's 3 rows, below half
+    runs, gathered = fast._plan(one[fast.perm])
+    assert runs == [] and gathered.tolist() == [3]  # stored row 3 is row 2: gathered as int8 codes
+    runs, gathered = fast._plan(None)
+    assert runs == [(0, 6)] and gathered.size == 0
 
 
 def test_candidates_are_permitted_rows_only_and_include_the_whole_tie_at_the_cut() -> None:
@@ -38,7 +43,7 @@ def test_candidates_are_permitted_rows_only_and_include_the_whole_tie_at_the_cut
     matrix[[7, 21, 40]] = query * np.array([[1.0], [3.0], [0.5]])  # three exact ties at cosine 1
     mask = np.ones(50, dtype=bool)
     mask[21] = False
-    fast = Float32Pass(matrix, np.linalg.norm(matrix, axis=1), [i % 3 for i in range(50)])
+    fast = CandidatePass(matrix, np.linalg.norm(matrix, axis=1), [i % 3 for i in range(50)])
     rows = fast.candidates(query, 1, mask)
     assert 21 not in rows and {7, 40} <= set(rows.tolist())
     assert rows.tolist() == sorted(rows.tolist())
@@ -74,7 +79,7 @@ def dense_worlds(draw):
 @given(dense_worlds())
 def test_fast_pass_then_rescore_equals_the_exact_lane(world) -> None:
     matrix, query, mask, keys, top_k = world
-    fast = Float32Pass(matrix, np.linalg.norm(matrix, axis=1), keys)
+    fast = CandidatePass(matrix, np.linalg.norm(matrix, axis=1), keys)
     rows = fast.candidates(query, top_k, mask)
     scores = dense._cosine(matrix[rows], np.linalg.norm(matrix[rows], axis=1), query)
     got = [(int(rows[p]), float(scores[p])) for p in top_k_positions(scores, top_k)]
@@ -93,3 +98,74 @@ def test_dense_index_with_boundary_groups_equals_an_index_of_the_permitted_rows(
             alone = dense.DenseIndex([c for c, keep in zip(index.chunks, mask) if keep], vectors)
             got = [(c.chunk_id, s) for c, s in index.search("q", 5, mask)]
             assert got == [(c.chunk_id, s) for c, s in alone.search("q", 5)]
+
+
+def test_int8_codes_of_a_row_show_the_arithmetic() -> None:
+    codes, scales, errors = int8_codes(np.array([[0.6, 0.8], [0.0, 0.0]]))
+    assert scales[0] == 0.8 / 127 and codes[0].tolist() == [95, 127]  # 0.6 / (0.8/127) = 95.25 → 95
+    assert errors[0] == pytest.approx(abs(0.6 - 95 * 0.8 / 127), rel=1e-12)  # ≈ 0.00157; 127·s = 0.8 exactly
+    assert (scales[1], codes[1].tolist(), errors[1]) == (0.0, [0, 0], 0.0)  # a zero row: nothing to scale
+    assert int8_bounds(np.array([0.0]), 384)[0] == pytest.approx(1.01 * 388 * 2.0**-24 + 1e-12, rel=1e-12)
+    with pytest.raises(InvalidArgument, match="2-D"):
+        int8_codes(np.array([0.6, 0.8]))
+
+
+def test_every_int8_approximation_is_within_its_rows_bound() -> None:
+    rng = np.random.default_rng(5)
+    query = rng.standard_normal(384)
+    unit_query = query / np.linalg.norm(query)
+    rows = rng.standard_normal((3000, 384))
+    rows[:500] = unit_query + rng.standard_normal((500, 384)) * rng.uniform(1e-6, 0.3, (500, 1))  # near the query
+    rows[500:520] = rng.integers(-3, 4, (20, 384))  # few distinct values: codes with no rounding at all
+    unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    coded = Int8Rows(unit)
+    picked = np.arange(0, 3000, 3)
+    approx, bounds = coded.dots(picked, unit_query.astype(np.float32))
+    exact = dense._cosine(rows[picked], np.linalg.norm(rows[picked], axis=1), query)
+    assert np.all(np.abs(approx - exact) <= bounds)
+    assert np.median(bounds) < 0.02  # tight enough to prune: ~√d quantisation steps of ~0.0008 / √12
+
+
+def test_a_scattered_slice_is_read_as_int8_codes_and_a_filled_one_in_float32() -> None:
+    rng = np.random.default_rng(8)
+    matrix = rng.standard_normal((400, 32))
+    keys = ["a"] * 200 + ["b"] * 200  # two adjacent groups: stored rows 0-199 and 200-399, judged apart
+    fast = CandidatePass(matrix, np.linalg.norm(matrix, axis=1), keys)
+    mask = np.zeros(400, dtype=bool)
+    mask[:200:5] = True  # group a: 40 of 200 permitted (20 % < GATHER_BELOW)
+    mask[200:390] = True  # group b: 190 of 200 (95 %)
+    query = rng.standard_normal(32)
+    stored, approx, bounds = fast._approx(mask[fast.perm], (query / np.linalg.norm(query)).astype(np.float32))
+    assert stored.tolist() == list(range(200, 390)) + list(range(0, 200, 5))  # float32 runs, then gathered rows
+    assert np.all(bounds[:190] == fast.margin / 2)  # group b, float32: the rounding bound
+    assert bounds[190:].tolist() == fast.int8.bounds[:200:5].tolist()  # group a, int8: each row's own bound
+    assert GATHER_BELOW == 0.5
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dense_worlds(), st.floats(0.02, 0.45))
+def test_scattered_masks_give_the_exact_lane_through_int8_codes(world, share) -> None:
+    matrix, query, _, keys, top_k = world
+    mask = np.random.default_rng(len(keys)).random(len(keys)) < share  # below half of every group, mostly
+    fast = CandidatePass(matrix, np.linalg.norm(matrix, axis=1), keys)
+    rows = fast.candidates(query, top_k, mask)
+    scores = dense._cosine(matrix[rows], np.linalg.norm(matrix[rows], axis=1), query)
+    got = [(int(rows[p]), float(scores[p])) for p in top_k_positions(scores, top_k)]
+    assert got == _exact(matrix, query, mask, top_k)
+
+
+def test_dense_index_with_a_scattered_mask_equals_an_index_of_the_permitted_rows() -> None:
+    rng = np.random.default_rng(12)
+    chunks = [make_chunk(f"c{i:04d}", f"chunk {i}") for i in range(1500)]  # one boundary group
+    base = rng.standard_normal(48)
+    vectors = labsrc.FixtureVectors(
+        {c.chunk_id: base + rng.standard_normal(48) * (0.05 if i % 7 == 0 else 1.0) for i, c in enumerate(chunks)},
+        {"q": base},
+    )
+    index = dense.DenseIndex(chunks, vectors)
+    for seed in range(5):
+        mask = np.random.default_rng(seed).random(len(index.chunks)) < 0.3
+        alone = dense.DenseIndex([c for c, keep in zip(index.chunks, mask) if keep], vectors)
+        got = [(c.chunk_id, s) for c, s in index.search("q", 10, mask)]
+        assert got == [(c.chunk_id, s) for c, s in alone.search("q", 10)]
+        assert len(got) == 10

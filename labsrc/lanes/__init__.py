@@ -116,7 +116,7 @@ from labsrc.lanes.vectordir import (
     write_vector_dir,
 )
 
-from labsrc.lanes.candidates import Float32Pass, float32_cosine_margin
+from labsrc.lanes.candidates import CandidatePass, float32_cosine_margin
 from labsrc.lanes.sources import load_dense_source, visible_chunks
 
 __all__ = [
@@ -133,7 +133,7 @@ __all__ = [
     "Encoder",
     "EncoderVectors",
     "FixtureVectors",
-    "Float32Pass",
+    "CandidatePass",
     "HashingEncoder",
     "INDEX_FORMAT",
     "INSTALL_HINT",

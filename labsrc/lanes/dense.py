@@ -20,7 +20,7 @@ import numpy as np
 from labsrc.cache import LRUCache
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.analysis import lesson_analyzer
-from labsrc.lanes.candidates import Float32Pass
+from labsrc.lanes.candidates import CandidatePass
 from labsrc.ranking import check_query, check_top_k, top_k_positions
 from labsrc.records.checks import check_chunks
 from labsrc.records.loading import Field, load_json
@@ -291,9 +291,10 @@ def as_dense_source(vectors: DenseSource | Encoder | None) -> DenseSource:
 class DenseIndex:
     """Document vectors, rows sorted by chunk_id: one universe's, or every stored chunk's with a mask per request.
 
-    A query costs a float32 pass over the slices of the boundary groups the mask
-    touches (:class:`~labsrc.lanes.candidates.Float32Pass`), then the exact
-    float64 cosine of the few candidates within its rounding bound of the k-th.
+    A query costs an approximate pass over the permitted rows (float32 over the
+    slices of the boundary groups the mask fills, int8 codes of the rows it
+    picks out of the groups it scatters in: :class:`~labsrc.lanes.candidates.CandidatePass`),
+    then the exact float64 cosine of the few candidates within their bounds of the k-th.
     """
 
     def __init__(self, chunks: Sequence[PolicyChunk], source: DenseSource) -> None:
@@ -306,7 +307,7 @@ class DenseIndex:
         self.matrix.setflags(write=False)
         self.norms = np.linalg.norm(matrix, axis=1) if matrix.size else np.zeros(len(self.chunks))
         keys = [(c.region, c.acl_tag) for c in self.chunks]  # a caller's rows: a few contiguous slices
-        self.fast = Float32Pass(matrix if matrix.ndim == 2 else matrix.reshape(len(self.chunks), -1), self.norms, keys)
+        self.fast = CandidatePass(matrix if matrix.ndim == 2 else matrix.reshape(len(self.chunks), -1), self.norms, keys)
 
     def scores(self, query_vector: np.ndarray) -> np.ndarray:
         """Cosine of every row with ``query_vector`` (document norms precomputed)."""
