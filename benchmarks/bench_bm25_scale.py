@@ -13,9 +13,16 @@ token lists, top-10, one thread. Rows:
   of the documents (with every document permitted the lane answers from the index);
 * ``bm25s numba``: bm25s with ``backend="numba"``, ``n_threads=0`` and numba pinned
   to one thread (its fastest single-thread configuration);
-* ``bm25s numpy``: bm25s's default backend, ``n_threads=0``.
+* ``bm25s numpy``: bm25s's default backend, ``n_threads=0``;
+* ``PISA block-max WAND``, ``PISA MaxScore`` (when ``pyterrier-pisa`` is installed:
+  ``pip install pyterrier-pisa``): PISA 0.4.9's C++ engine over the same token
+  counts (``toks_indexer``, no stemmer, no stopwords, its default ``block_simdbp``
+  encoding), BM25 with k1 1.2 and b 0.75, the query batch pre-tokenised in one
+  ``transform`` call with ``threads=1``. PISA's BM25 idf and float32 scores differ
+  from Lucene's, so it is a speed peer, not an exactness one.
 
-Results are checked equal to labsrc's exhaustive scoring on a sample of queries.
+The rows are timed in turn, round by round (``--repeats`` rounds), each row's best
+round kept. Results are checked equal to labsrc's exhaustive scoring on a sample of queries.
 
     python benchmarks/bench_bm25_scale.py [--sizes 10000,100000,1000000] [--queries 200] [--json OUT]
 """
@@ -28,11 +35,12 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -41,7 +49,7 @@ from labsrc.lanes import Analyzer, BM25Index, load_bm25_index, save_bm25_index  
 from labsrc.lanes.permitted import PermittedBM25  # noqa: E402
 
 # A sibling script (benchmarks/ is on sys.path when a script there runs): one timing helper for both.
-from bench_bm25 import best_of  # noqa: E402
+from bench_bm25 import interleaved_best  # noqa: E402
 
 VOCABULARY = 200_000
 #: The tokens are given; queries are split on whitespace (an Analyzer, so the index can be saved).
@@ -69,6 +77,53 @@ def synthetic(n_docs: int, n_queries: int, seed: int = 0) -> tuple[list[list[str
     return docs, queries
 
 
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Send this process's stdout and stderr (file descriptors 1 and 2, so C++ output too) to /dev/null."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+PISA_ALGORITHMS = {"PISA block-max WAND": "block_max_wand", "PISA MaxScore": "maxscore"}
+
+
+def pisa_runs(
+    docs: list[list[str]], queries: list[list[str]], top_k: int, build: dict[str, float], folder: str
+) -> dict[str, Callable[[], object]]:
+    """One timed callable per PISA query algorithm, its index in ``folder`` (none without ``pyterrier-pisa``)."""
+    try:
+        import pandas as pd
+        from pyterrier_pisa import PisaIndex
+    except ImportError:
+        return {}
+    from collections import Counter
+
+    t0 = time.perf_counter()
+    index = PisaIndex(folder, stemmer="none", stops="none", threads=1, overwrite=True)
+    with _quiet():  # PISA's C++ prints a progress line per percent
+        index.toks_indexer().index({"docno": f"d{i:08d}", "toks": dict(Counter(d))} for i, d in enumerate(docs))
+    build["PISA"] = time.perf_counter() - t0
+    frame = pd.DataFrame({"qid": [str(i) for i in range(len(queries))],
+                          "query_toks": [dict(Counter(q)) for q in queries]})
+    runs = {}
+    for name, algorithm in PISA_ALGORITHMS.items():
+        with _quiet():  # building a retriever writes its block-max data, with progress lines
+            retriever = index.bm25(k1=1.2, b=0.75, num_results=top_k, threads=1, query_algorithm=algorithm,
+                                   toks_scale=1.0)
+        runs[name] = lambda retriever=retriever: retriever.transform(frame)
+    return runs
+
+
 def measure(n_docs: int, n_queries: int, top_k: int, repeats: int) -> dict[str, object]:
     import bm25s
     import numba
@@ -87,6 +142,8 @@ def measure(n_docs: int, n_queries: int, top_k: int, repeats: int) -> dict[str, 
         engine.index(docs, show_progress=False)
         build[f"bm25s {backend}"] = time.perf_counter() - t0
         engines[backend] = engine
+    pisa_folder = tempfile.TemporaryDirectory(prefix="bench-pisa-")  # removed below, after PISA's timings
+    pisa = pisa_runs(docs, queries, top_k, build, pisa_folder.name)
     del docs
 
     def bm25s_run(backend: str) -> Callable[[], object]:
@@ -95,13 +152,19 @@ def measure(n_docs: int, n_queries: int, top_k: int, repeats: int) -> dict[str, 
 
     for backend in engines:  # the first numba call compiles; keep it out of the timings
         bm25s_run(backend)()
-    seconds = {
-        "labsrc index": best_of(repeats, lambda: index.top_positions_many(queries, top_k)),
-        "labsrc index, ids": best_of(repeats, lambda: [index.search_terms(q, top_k) for q in queries]),
-        "labsrc permitted": best_of(repeats, lambda: [permitted.search_terms(q, mask, top_k) for q in queries]),
-        "bm25s numba": best_of(repeats, bm25s_run("numba")),
-        "bm25s numpy": best_of(repeats, bm25s_run("numpy")),
+    runs: dict[str, Callable[[], object]] = {
+        "labsrc index": lambda: index.top_positions_many(queries, top_k),
+        "labsrc index, ids": lambda: [index.search_terms(q, top_k) for q in queries],
+        "labsrc permitted": lambda: [permitted.search_terms(q, mask, top_k) for q in queries],
+        "bm25s numba": bm25s_run("numba"),
+        "bm25s numpy": bm25s_run("numpy"),
     }
+    for name, run in pisa.items():
+        with _quiet():
+            run()  # the first call loads the index files (and prints as it builds its block-max data)
+        runs[name] = run
+    seconds = interleaved_best(repeats, runs)
+    pisa_folder.cleanup()
     # Exactness: the fast paths return what exhaustive scoring ranks first.
     for q in queries[:20]:
         exhaustive = index.score_terms(q)

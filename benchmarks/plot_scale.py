@@ -20,6 +20,8 @@ STYLE = {
     "labsrc permitted": ("#4c72b0", "s", "--"),
     "bm25s numba": ("#dd8452", "^", "-"),
     "bm25s numpy": ("#dd8452", "v", "--"),
+    "PISA block-max WAND": ("#55a868", "P", "-"),
+    "PISA MaxScore": ("#55a868", "X", "--"),
 }
 
 

@@ -116,7 +116,8 @@ from labsrc.lanes.vectordir import (
     write_vector_dir,
 )
 
-from labsrc.lanes.candidates import CandidatePass, float32_cosine_margin
+from labsrc.lanes.candidates import GATHER_BELOW, CandidatePass, float32_cosine_margin
+from labsrc.lanes.codes import GATHER_BLOCK_ROWS, Int8Rows, int8_bounds, int8_codes
 from labsrc.lanes.sources import load_dense_source, visible_chunks
 
 __all__ = [
@@ -134,6 +135,9 @@ __all__ = [
     "EncoderVectors",
     "FixtureVectors",
     "CandidatePass",
+    "GATHER_BELOW",
+    "GATHER_BLOCK_ROWS",
+    "Int8Rows",
     "HashingEncoder",
     "INDEX_FORMAT",
     "INSTALL_HINT",
@@ -174,6 +178,8 @@ __all__ = [
     "english_analyzer",
     "explain",
     "float32_cosine_margin",
+    "int8_bounds",
+    "int8_codes",
     "idf_lucene",
     "length_norm",
     "lesson_analyzer",

@@ -334,7 +334,7 @@ class DenseIndex:
         vector = self.source.query_vector(query)
         if vector.shape[0] != self.matrix.shape[1]:
             raise InvalidArgument(f"dimension mismatch: documents have {self.matrix.shape[1]}, query has {vector.shape[0]}")
-        # Candidates from the float32 pass, ascending (so ties still break by chunk_id); each is scored
+        # Candidates from the approximate pass, ascending (so ties still break by chunk_id); each is scored
         # from its own float64 row, so its cosine is the one the whole matrix gives.
         rows = self.fast.candidates(vector, top_k, mask)
         scores = _cosine(self.matrix[rows], self.norms[rows], vector)
