@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -169,3 +172,37 @@ def test_dense_index_with_a_scattered_mask_equals_an_index_of_the_permitted_rows
         got = [(c.chunk_id, s) for c, s in index.search("q", 10, mask)]
         assert got == [(c.chunk_id, s) for c, s in alone.search("q", 10)]
         assert len(got) == 10
+
+
+def test_sixteen_threads_with_scattered_and_filled_masks_each_get_the_answer_alone() -> None:
+    rng = np.random.default_rng(21)
+    regions, tags = ["EU", "US"], ["t1", "t2", "t3", "t4"]
+    chunks = [make_chunk(f"c{i:04d}", f"chunk {i}", region=regions[i % 2], acl_tag=tags[i % 4]) for i in range(2400)]
+    queries = {f"q{j}": rng.standard_normal(64) for j in range(8)}
+    vectors = labsrc.FixtureVectors({c.chunk_id: rng.standard_normal(64) for c in chunks}, queries)
+    index = dense.DenseIndex(chunks, vectors)
+    masks = []
+    for seed in range(16):  # half of them whole groups (float32), half a random share inside them (int8 codes)
+        pick = np.random.default_rng(seed)
+        in_groups = np.array([c.acl_tag in {tags[seed % 4], tags[(seed + 1) % 4]} for c in index.chunks])
+        masks.append(in_groups if seed % 2 else in_groups & (pick.random(len(index.chunks)) < 0.2))
+    jobs = [(m, q) for m in range(16) for q in queries]
+    alone = {(m, q): [(c.chunk_id, s) for c, s in index.search(q, 10, masks[m])] for m, q in jobs}
+    start = threading.Barrier(16)
+
+    def worker(offset: int) -> list[tuple[tuple[int, str], list[tuple[str, float]]]]:
+        start.wait(timeout=30)
+        out = []
+        for _ in range(3):
+            for m, q in jobs[offset:] + jobs[:offset]:
+                out.append(((m, q), [(c.chunk_id, s) for c, s in index.search(q, 10, masks[m])]))
+        return out
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = [f.result(timeout=120) for f in [pool.submit(worker, 8 * t) for t in range(16)]]
+    seen = [(key, got) for result in results for key, got in result]
+    assert len(seen) == 16 * 3 * len(jobs)
+    assert all(got == alone[key] for key, got in seen)
+    plans = [index.fast._plan(mask[index.fast.perm]) for mask in masks]
+    assert [gathered.size > 0 for _, gathered in plans] == [m % 2 == 0 for m in range(16)]  # int8 codes
+    assert [bool(runs) for runs, _ in plans] == [m % 2 == 1 for m in range(16)]  # float32 slices
