@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labsrc.lanes import BM25Index, sparse
-from labsrc.lanes.maxscore import maxscore_candidates, score_candidates
+from labsrc.lanes.maxscore import StoredTerm, maxscore_candidates, score_candidates
 from labsrc.ranking import block_max_threshold, top_k_entries, top_k_positions
 
 
@@ -54,9 +54,24 @@ def test_common_words_are_not_scanned():
     docs = [["common"] * 3 + (["rare"] if i % 500 == 0 else []) + (["odd"] if i % 700 == 0 else []) for i in range(5000)]
     index = BM25Index.build_from_terms(((f"d{i:05d}", d) for i, d in enumerate(docs)), analyzer=str.split)
     lists = index._term_lists(["rare", "odd", "common"])
+    assert [term.row is not None for term in lists] == [False, False, True]  # the common word has a dense row
     candidates = maxscore_candidates(lists, 3, index.n_docs)
     assert candidates is not None and candidates.size <= 20  # not 5,000
     assert index.search_terms(["rare", "odd", "common"], 3) == exhaustive_top(index, ["rare", "odd", "common"], 3)
+
+
+def test_a_dense_row_looks_candidates_up_as_the_binary_search_does():
+    rng = np.random.default_rng(4)
+    positions = np.sort(rng.choice(10_000, 3_000, replace=False))
+    contributions = rng.random(3_000) + 0.1
+    row = np.zeros(10_000)
+    row[positions] = contributions
+    candidates = np.sort(rng.choice(10_000, 800, replace=False))
+    searched = StoredTerm(positions, contributions, float(contributions.max()))
+    gathered = StoredTerm(positions, contributions, float(contributions.max()), row)
+    (found_a, values_a), (found_b, values_b) = searched.lookup(candidates), gathered.lookup(candidates)
+    assert found_a.tolist() == found_b.tolist() and values_a.tolist() == values_b.tolist()
+    assert found_a.sum() == np.isin(candidates, positions).sum() > 0
 
 
 def test_block_max_threshold_is_a_lower_bound_on_the_kth_score():

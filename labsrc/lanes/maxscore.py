@@ -66,11 +66,16 @@ class StoredTerm:
     positions: np.ndarray
     contributions: np.ndarray
     bound: float  # the largest of the contributions
+    row: np.ndarray | None = None  # the same contributions for every document (0.0 where absent), if kept
 
     def postings(self) -> tuple[np.ndarray, np.ndarray]:
         return self.positions, self.contributions
 
     def lookup(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.row is not None:  # a common term's dense row: one gather, not a binary search per candidate
+            values = self.row[candidates]
+            found = values != 0.0  # contributions are > 0; a 0.0 would add nothing anyway
+            return found, values[found]
         at, found = find(self.positions, candidates)
         return found, self.contributions[at[found]]
 

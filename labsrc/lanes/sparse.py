@@ -39,7 +39,7 @@ from labsrc.lanes.bm25 import (
 )
 from labsrc.lanes.index_files import read_index, write_index
 from labsrc.lanes.maxscore import StoredTerm, maxscore_candidates, score_candidates
-from labsrc.lanes.postings import TermColumns, pack_postings, query_scores
+from labsrc.lanes.postings import TermColumns, pack_postings, query_scores, term_columns
 from labsrc.ranking import check_query, check_top_k, top_k_entries
 from labsrc.records.checks import check_chunks
 from labsrc.records.policy import PolicyChunk, chunk_lookup
@@ -52,8 +52,6 @@ _PRUNE_FROM_POSTINGS = 20_000
 #: on Zipf text at top-10, µs per query exhaustive / pruned: 100,000 documents 196 / 350;
 #: 300,000: 865 / 887; 1,000,000: 3,092 / 1,883.
 _PRUNE_FROM_DOCS = 250_000
-
-# --- the inverted index -------------------------------------------------------------
 
 
 class BM25Index:
@@ -291,20 +289,21 @@ class BM25Index:
         if self.n_docs >= _PRUNE_FROM_DOCS:
             slices = self._slices(terms)
             if sum(hi - lo for _, lo, hi in slices) > _PRUNE_FROM_POSTINGS:
-                lists = self._stored_terms(slices)
+                lists = self._stored_terms(slices, terms)
                 candidates = maxscore_candidates(lists, top_k, self.n_docs)
                 if candidates is not None:
                     positions, scores = top_k_entries(score_candidates(lists, candidates), top_k)
                     return candidates[positions], scores
         return top_k_entries(query_scores(self._columns, terms, self.n_docs), top_k)
 
-    def _stored_terms(self, slices: list[tuple[int, int, int]]) -> list[StoredTerm]:
-        """Each known query term's postings, contributions and their maximum (one per occurrence)."""
+    def _stored_terms(self, slices: list[tuple[int, int, int]], terms: Sequence[str]) -> list[StoredTerm]:
+        """Each known term's postings, contributions, their maximum and dense row if any (one per occurrence)."""
         postings, impacts, bounds = self._postings, self.impact, self._bounds
-        return [StoredTerm(postings[lo:hi], impacts[lo:hi], bounds[t]) for t, lo, hi in slices]
+        rows = [part if part.ndim == 1 else None for part in term_columns(self._columns, terms)]
+        return [StoredTerm(postings[lo:hi], impacts[lo:hi], bounds[t], row) for (t, lo, hi), row in zip(slices, rows)]
 
     def _term_lists(self, terms: Sequence[str]) -> list[StoredTerm]:
-        return self._stored_terms(self._slices(terms))
+        return self._stored_terms(self._slices(terms), terms)
 
     def _pairs(self, positions: np.ndarray, scores: np.ndarray) -> list[tuple[str, float]]:
         if positions.size == 1:
