@@ -5,11 +5,11 @@ and the einsum that keeps a row's score independent of its neighbours is not a
 BLAS kernel. The fast pass reads less, through BLAS. Unit rows are stored once
 in float32, grouped by boundary key (region, ACL tag) so that a caller's rows
 sit in a few contiguous slices, and once more as int8 codes
-(:mod:`labsrc.lanes.codes`). For each slice of a group the mask touches:
+(:mod:`labsrc.lanes.codes`). For each boundary group the mask touches:
 
-* when at least :data:`GATHER_BELOW` of the slice's rows are permitted (whole
-  groups, as region and tags give), the slice is multiplied in float32, every
-  row of it, at about 4 bytes a value streamed;
+* when at least :data:`GATHER_BELOW` of the group's rows are permitted (whole
+  groups, as region and tags give), the group is multiplied in float32, every
+  row of it, at about 4 bytes a value streamed (adjacent such groups in one call);
 * when fewer are (date windows scatter a caller's rows inside a group), only
   the permitted rows' int8 codes are gathered and multiplied: the cost follows
   the permitted rows, at 1 byte a value.
@@ -35,7 +35,7 @@ from labsrc.lanes.codes import Int8Rows
 
 __all__ = ["GATHER_BELOW", "CandidatePass", "float32_cosine_margin"]
 
-#: A touched slice with fewer permitted rows than this share is gathered as int8 codes, not streamed in float32.
+#: A touched group with fewer permitted rows than this share is gathered as int8 codes, not streamed in float32.
 GATHER_BELOW = 0.5
 
 

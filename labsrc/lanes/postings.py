@@ -67,7 +67,8 @@ class TermColumns(dict[str, np.ndarray]):
     documents, cheaper than gathering and scattering that many postings; on Zipf
     text a dozen such words hold nine postings in ten. A row costs 8 bytes per
     document, and only the words queries use get one (:attr:`dense_terms`): on the
-    1M-document Zipf benchmark, scored exhaustively, 20 words and 160 MB.
+    1M-document Zipf benchmark, scored exhaustively, 20 words and 160 MB. MaxScore
+    (:class:`~labsrc.lanes.maxscore.StoredTerm`) looks candidates up in the same rows.
 
     Only terms of the vocabulary are kept, so arbitrary query words cannot grow
     it; an unknown term maps to ``None``. Building lazily keeps loading a large
