@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shlex
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.errors import InvalidArgument, InvalidRecord
+from labsrc.lanes.broken_vectors import shell_path
 from labsrc.records.cases import Case, case_format_problems, load_cases
 from labsrc.records.files import atomic_write_bytes, fsync_dir, write_durable, writing
 
@@ -37,18 +37,6 @@ SUBMISSION_ENV = "LABSRC_SUBMISSION"
 
 #: The vector folder ``labsrc embed`` writes for the course model, inside a submission's ``vectors/``.
 MODEL_FOLDER = "all-MiniLM-L6-v2"
-
-
-def shell_path(path: Path) -> str:
-    """``path`` as a learner types it in a shell: relative to the current directory when it is under it
-    (``my-submission/cases.jsonl``), absolute otherwise, and quoted when it holds spaces."""
-    absolute = Path(os.path.abspath(path))
-    here = Path(os.getcwd())
-    try:
-        shown = str(absolute.relative_to(here))
-    except ValueError:
-        shown = str(absolute)
-    return shlex.quote(shown)
 
 
 @dataclass(frozen=True)

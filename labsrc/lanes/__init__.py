@@ -27,6 +27,7 @@ from labsrc.lanes.bm25 import (
 from labsrc.lanes.broken_vectors import (
     broken_rows_error,
     embed_command,
+    shell_path,
 )
 from labsrc.lanes.coverage import (
     EMBED_COMMAND,
@@ -204,6 +205,7 @@ __all__ = [
     "save_bm25_index",
     "score_candidates",
     "score_columns",
+    "shell_path",
     "sparse_index_for",
     "term_columns",
     "texts_digest",

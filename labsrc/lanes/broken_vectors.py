@@ -21,7 +21,7 @@ from labsrc.lanes.coverage import EMBED_COMMAND
 from labsrc.lanes.vectordir import read_id_list
 from labsrc.records.files import load_npy
 
-__all__ = ["broken_rows_error", "embed_command"]
+__all__ = ["broken_rows_error", "embed_command", "shell_path"]
 
 #: Where the course keeps its chunks and a learner their cases (the defaults of ``coverage.no_vector_hint``).
 _COURSE_CHUNKS = "fixtures/policies/chunks.jsonl"
@@ -32,8 +32,9 @@ _MATRICES = {"corpus.npy": ("corpus_ids.txt", "chunk"), "queries.npy": ("query_i
 _SHOWN = 5
 
 
-def _shown(path: Path) -> str:
-    """``path`` as typed in a shell: relative to the current directory when under it, quoted when it holds spaces."""
+def shell_path(path: Path) -> str:
+    """``path`` as a learner types it in a shell: relative to the current directory when it is under it
+    (``my-submission/cases.jsonl``), absolute otherwise, and quoted when it holds spaces."""
     absolute = Path(os.path.abspath(path))
     try:
         shown = str(absolute.relative_to(Path(os.getcwd())))
@@ -53,10 +54,10 @@ def embed_command(folder: str | Path) -> str:
     root = folder.parent.parent if folder.parent.name == "vectors" else None
 
     def beside(name: str, default: str) -> str:
-        return _shown(root / name) if root is not None and (root / name).is_file() else default
+        return shell_path(root / name) if root is not None and (root / name).is_file() else default
 
     return EMBED_COMMAND.format(chunks=beside("chunks.jsonl", _COURSE_CHUNKS),
-                                cases=beside("cases.jsonl", _COURSE_CASES), out=_shown(folder))
+                                cases=beside("cases.jsonl", _COURSE_CASES), out=shell_path(folder))
 
 
 def broken_rows_error(folder: Path, exc: InvalidRecord) -> InvalidRecord | None:
