@@ -13,7 +13,7 @@ queries, the peers interleaved round by round, 37.5 % of the rows permitted, in 
 Rows:
 
 * ``labsrc DenseIndex``: an approximate pass with a bound per row, then the
-  candidates within their bounds of the k-th rescored in float64: exact. A slice
+  candidates within their bounds of the k-th rescored in float64: exact. A group
   the mask fills at least half is read whole in float32 (BLAS); one it scatters
   in has only its permitted rows' int8 codes gathered (``labsrc.lanes.codes``);
 * ``labsrc exact einsum`` (the lane before the fast pass): float64 cosine of every permitted row;
@@ -172,7 +172,7 @@ def run_layout(layout: str, docs: np.ndarray, query_vectors: np.ndarray, args: a
 
     same = all(labsrc_lane(q) == exact_einsum(q) for q in queries)
     peers = [
-        ("labsrc DenseIndex", labsrc_lane, "float32 over filled slices, int8 codes of scattered rows, + float64 rescore (exact)"),
+        ("labsrc DenseIndex", labsrc_lane, "float32 over filled groups, int8 codes of scattered rows, + float64 rescore (exact)"),
         ("labsrc exact einsum", exact_einsum, "float64 einsum over every permitted row (the lane before)"),
         ("FAISS IndexFlatIP + IDSelectorBitmap", faiss_selector, "float32, 1 thread, documented filtered search"),
     ]

@@ -63,9 +63,10 @@ class CandidatePass:
         codes = {key: code for code, key in enumerate(sorted(set(keys)))}
         group = np.fromiter((codes[k] for k in keys), dtype=np.int64, count=n)
         self.perm = np.argsort(group, kind="stable")
-        unit = np.zeros_like(matrix, dtype=np.float64)
-        np.divide(matrix, norms[:, None], out=unit, where=norms[:, None] > 0)
-        stored = unit[self.perm]
+        # Unit rows in stored order, divided in place in one float64 copy (a zero row has norm 0 and stays 0).
+        stored = np.asarray(matrix, dtype=np.float64)[self.perm]
+        stored_norms = norms[self.perm][:, None]
+        np.divide(stored, stored_norms, out=stored, where=stored_norms > 0)
         # Transposed (one row per dimension): ``q @ unit32t[:, a:b]`` is BLAS's non-transposed sgemv, which
         # streams a column-major slice about twice as fast here as the transposed kernel streams row-major rows.
         self.unit32t = np.ascontiguousarray(stored.T, dtype=np.float32)
