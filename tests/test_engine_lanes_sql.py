@@ -1,14 +1,16 @@
-"""The engine's Python-side helpers (no server needed): rounding margin, literals, rescoring, analysis."""
+"""The engine's Python-side helpers: rounding margin, literals, rescoring, analysis (one round trip needs a server)."""
 
 from __future__ import annotations
 
-import datetime as dt
 
 import numpy as np
 import pytest
 
+from pg_support import requires_postgres, start_server
+
 import labsrc
-from labsrc.engines import analysed_terms, document_vectors, float32_cosine_margin, rescore_dense, vector_literal
+from labsrc.engines import document_vectors, float32_cosine_margin, rescore_dense, staging_rows, vector_literal
+from labsrc.engines.loading import _TERMS_COPY
 
 
 def test_margin_is_twice_d_plus_4_float32_units():
@@ -43,15 +45,29 @@ def test_rescore_dense_keeps_positive_scores_by_score_then_id():
     assert rescore_dense([], query, 3) == []
 
 
-def test_analysed_terms_count_each_chunks_terms_in_first_occurrence_order():
-    day = dt.date(2026, 1, 1)
-    chunks = [
-        labsrc.PolicyChunk("c2", "d", "p", "v", "EU", "t", day, None, "Refund the refund"),
-        labsrc.PolicyChunk("c1", "d", "p", "v", "EU", "t", day, None, "laptop refund"),
-    ]
-    lengths, terms = analysed_terms(chunks, labsrc.lesson_analyzer)
+def test_staging_rows_count_each_chunks_terms_in_first_occurrence_order_as_copy_text():
+    lengths, text = staging_rows([("c2", "Refund the refund"), ("c1", "laptop refund")], labsrc.lesson_analyzer)
     assert lengths == [2, 2]  # "the" is a stopword
-    assert terms == [(["refund"], [2]), (["laptop", "refund"], [1, 1])]  # the server unnests these into postings
+    # chunk_id TAB {"term",...} TAB {tf,...}: the server unnests these into postings
+    assert text == b'c2\t{"refund"}\t{2}\nc1\t{"laptop","refund"}\t{1,1}\n'
+
+
+@requires_postgres
+def test_staging_rows_reach_the_server_as_the_terms_they_are():
+    import psycopg
+
+    terms = ["a\\b", 'say "hi"', "NULL", "", "{x,y}", "tab\there", "new\nline", "cr\rx", "é", "a,b", "'q'"]
+    ids = ["id\t1\\", "plain", "new\nline id"]
+    lengths, text = staging_rows([(i, "ignored") for i in ids], lambda _: terms + ["NULL"])
+    assert lengths == [len(terms) + 1] * 3
+    for server in start_server():
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            conn.execute('CREATE TEMP TABLE t (chunk_id text COLLATE "C", terms text[], tfs int4[])')
+            with conn.cursor() as cur, cur.copy(_TERMS_COPY.replace("lab_load_terms", "t")) as copy:
+                copy.write(text)
+            rows = conn.execute("SELECT chunk_id, terms, tfs FROM t").fetchall()
+    want_tfs = [2 if t == "NULL" else 1 for t in terms]
+    assert rows == [(i, terms, want_tfs) for i in ids]  # COPY and array syntax read back every term as it was
 
 
 def test_document_vectors_leave_a_gap_where_the_source_refuses_a_chunk(data):

@@ -246,3 +246,26 @@ def test_close_drops_the_schema_and_the_role(server, data):
     with psycopg.connect(server.dsn) as conn:
         assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM pg_roles WHERE rolname = %s", (role,)).fetchone() == (0,)
+
+
+def test_bm25_adds_term_by_term_in_query_order_through_a_hash_aggregate(engine, data):
+    from labsrc.engines import SCORE_SETTINGS, lanes_sql, sparse_lane
+
+    terms = engine.analyzer("refund refund damaged laptop policy refund")
+    with engine.connect_as(data.luna, data.eval_date) as conn:
+        before = conn.execute("SELECT current_setting('enable_sort'), current_setting('max_parallel_workers_per_gather')").fetchone()
+        ranked, stats = sparse_lane(conn, terms, 5, k1=engine.k1, b=engine.b)
+        after = conn.execute("SELECT current_setting('enable_sort'), current_setting('max_parallel_workers_per_gather')").fetchone()
+        assert after == before == ("on", "2")  # the scoring statement's settings do not outlive it
+        for name, value in SCORE_SETTINGS.items():
+            conn.execute("SELECT set_config(%s, %s, true)", (name, value))
+        kept = [t for t in terms if stats.df.get(t, 0) > 0]
+        params = {"terms": kept, "idf": [1.0] * len(kept), "k1p1": 2.2, "k1": 1.2, "omb": 0.25, "b": 0.75,
+                  "avgdl": stats.avgdl, "top_k": 5}  # fmt: skip
+        plan = "\n".join(row[0] for row in conn.execute("EXPLAIN (COSTS OFF) " + lanes_sql._SCORE_SQL, params))
+    assert ranked and kept.count("refund") == 3
+    # The postings arrive term by term (the unnested query terms drive the loop) and are summed as they arrive:
+    # no sort between them regroups a chunk's contributions out of query-term order.
+    assert "HashAggregate" in plan and "Nested Loop" in plan and "Function Scan on q" in plan
+    assert "GroupAggregate" not in plan and "Gather" not in plan
+    assert plan.index("HashAggregate") < plan.index("Nested Loop") < plan.index("Function Scan on q")

@@ -12,6 +12,11 @@ the ``postgres`` extra (``pip install 'hybrid-retrieval-lab[postgres]'``),
 imported only when used.
 """
 
+from labsrc.engines.analysis_pool import (
+    PARALLEL_FROM,
+    analyse_for_copy,
+    staging_rows,
+)
 from labsrc.engines.authorize import (
     REQUEST_SETTING,
     RequestSigner,
@@ -37,6 +42,7 @@ from labsrc.engines.lanes_sql import (
     DENSE_MODES,
     HNSW_OVERFETCH,
     ITERATIVE_SCANS,
+    SCORE_SETTINGS,
     bm25_statistics,
     dense_candidates,
     float32_cosine_margin,
@@ -46,7 +52,6 @@ from labsrc.engines.lanes_sql import (
 )
 from labsrc.engines.loading import (
     LoadStats,
-    analysed_terms,
     boundary_order,
     document_vectors,
     float8_array_binary,
@@ -105,6 +110,7 @@ from labsrc.engines.schema import (
 from labsrc.engines.server import (
     EmbeddedServer,
     INSTALL_POSTGRES,
+    package_root,
     postgres_available,
     require_psycopg,
     require_psycopg_pool,
@@ -127,7 +133,6 @@ __all__ = [
     "INDEX_BUILD_MEMORY",
     "PLAIN_VECTOR_MAX_DIM",
     "READER_TABLES",
-    "analysed_terms",
     "boundary_order",
     "create_group_table",
     "create_group_triggers",
@@ -142,6 +147,7 @@ __all__ = [
     "INSTALL_POSTGRES",
     "ITERATIVE_SCANS",
     "LoadStats",
+    "PARALLEL_FROM",
     "PostgresRetriever",
     "PostgresStore",
     "REQUEST_FUNCTION",
@@ -151,6 +157,7 @@ __all__ = [
     "ReplicaStore",
     "RequestSigner",
     "RetrieverUnderTest",
+    "SCORE_SETTINGS",
     "StreamingReplica",
     "Timeouts",
     "Deadline",
@@ -165,8 +172,11 @@ __all__ = [
     "mark_owned",
     "reader_role",
     "make_socket_directory",
+    "package_root",
     "socket_path_fits",
+    "staging_rows",
     "reset_session",
+    "analyse_for_copy",
     "bm25_statistics",
     "check_caller_text",
     "create_indexes",

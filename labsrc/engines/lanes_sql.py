@@ -9,9 +9,10 @@ Row-level security filters every table, so these are the caller's universe's
 statistics by construction; a hidden chunk cannot move an idf. Python then
 applies the lab's own :func:`~labsrc.lanes.sparse.idf_lucene` (PostgreSQL has
 ``ln`` but no ``log1p``, and the two differ in the last bit), and the second
-statement scores every chunk that shares a term with the query, sums the
-per-term contributions *in query-term order* (``sum(... ORDER BY ord)``) and
-returns the top k by (score desc, chunk_id asc). Every operation in it is an
+statement scores every chunk that shares a term with the query, term by term
+in query order (one index scan of a term's visible postings each), adds each
+chunk's contributions *in query-term order* (a hash aggregate, fed in that
+order) and returns the top k by (score desc, chunk_id asc). Every operation in it is an
 IEEE-754 ``+ − × ÷`` on ``float8`` in the same order as
 :class:`~labsrc.lanes.sparse.BM25Index`, so the scores equal the in-memory
 lane's bit for bit, and so do its ties.
@@ -47,6 +48,7 @@ __all__ = [
     "DENSE_MODES",
     "HNSW_OVERFETCH",
     "ITERATIVE_SCANS",
+    "SCORE_SETTINGS",
     "Bm25Statistics",
     "bm25_statistics",
     "dense_candidates",
@@ -74,21 +76,32 @@ FROM (SELECT coalesce(sum(n_docs), 0)::int8 AS n_docs, coalesce(sum(total_len), 
 """
 
 # impact = idf · (tf·(k1+1)) / (tf + k1·((1−b) + b·|d|/avgdl)), in BM25Index's evaluation order.
+#
+# Term at a time, in query-term order: the outer side of the nested loop is the query's terms as unnested
+# (ord 1, 2, ...), and each term's visible postings are one index scan of its own (``OFFSET 0`` keeps the
+# planner from flattening the lateral subquery into one scan of every visible posting, joined by a filter).
+# A hash aggregate then adds each chunk's contributions in the order they arrive, which is query-term order:
+# the sums are BM25Index.score_terms's, bit for bit, without sorting every posting by (chunk, ord).
+# SCORE_SETTINGS makes the hash aggregate the plan (a sort-based one would regroup the rows in an order of
+# its own) and keeps the statement serial (parallel partial sums would add in another order).
 _SCORE_SQL = """
-WITH q AS (
-    SELECT term, idf, ord
-    FROM unnest(%(terms)s::text[], %(idf)s::float8[]) WITH ORDINALITY AS q(term, idf, ord)
-)
 SELECT p.chunk_id,
        sum(q.idf * (p.tf * %(k1p1)s::float8)
-           / (p.tf + %(k1)s::float8 * (%(omb)s::float8 + %(b)s::float8 * p.doc_len / %(avgdl)s::float8))
-           ORDER BY q.ord) AS score
-FROM lab_postings AS p JOIN q ON q.term = p.term
-WHERE p.term = ANY (%(terms)s::text[])  -- an index condition whatever plan the join gets: only the query's postings are read
+           / (p.tf + %(k1)s::float8 * (%(omb)s::float8 + %(b)s::float8 * p.doc_len / %(avgdl)s::float8))) AS score
+FROM unnest(%(terms)s::text[], %(idf)s::float8[]) WITH ORDINALITY AS q(term, idf, ord)
+CROSS JOIN LATERAL (SELECT chunk_id, tf, doc_len FROM lab_postings WHERE term = q.term OFFSET 0) AS p
 GROUP BY p.chunk_id
 ORDER BY score DESC, p.chunk_id
 LIMIT %(top_k)s
 """
+
+#: The planner settings the scoring statement runs under (transaction-local, restored after it).
+SCORE_SETTINGS = {"enable_sort": "off", "max_parallel_workers_per_gather": "0"}
+_SET_SQL = (
+    "SELECT current_setting('enable_sort'), current_setting('max_parallel_workers_per_gather'), "
+    "set_config('enable_sort', %(enable_sort)s, true), "
+    "set_config('max_parallel_workers_per_gather', %(max_parallel_workers_per_gather)s, true)"
+)
 
 
 class Bm25Statistics:
@@ -146,7 +159,9 @@ def sparse_lane(
         "avgdl": stats.avgdl,
         "top_k": int(top_k),
     }
+    previous = conn.execute(_SET_SQL, SCORE_SETTINGS).fetchone()
     rows = conn.execute(_SCORE_SQL, params).fetchall()
+    conn.execute(_SET_SQL, dict(zip(SCORE_SETTINGS, previous[:2])))
     return [(str(chunk_id), float(score)) for chunk_id, score in rows], stats
 
 

@@ -8,8 +8,10 @@ exactly the terms the in-memory lane counts. Rows go in with binary ``COPY``
   PostgreSQL's binary ``float8[]`` form (:func:`float8_array_binary`);
 * ``lab_vectors``: the float32 vectors (:func:`vector_binary`) in boundary
   order (:func:`boundary_order`), so a caller's rows share pages;
-* a staging table of each chunk's terms and counts, which one ``INSERT …
-  SELECT … unnest`` turns into ``lab_postings`` inside the server.
+* a staging table of each chunk's terms and counts (analysed in worker
+  processes and written as ``COPY`` text, :mod:`labsrc.engines.analysis_pool`),
+  which one ``INSERT … SELECT … unnest`` turns into ``lab_postings`` inside
+  the server.
 
 ``progress(phase, done, total)`` (the
 lab's progress protocol, see :mod:`labsrc.evaluation.latency`) is called as
@@ -18,13 +20,13 @@ rows are written; the CLI turns it into a tqdm bar.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from labsrc.engines.analysis_pool import analyse_for_copy
 from labsrc.engines.errors import check_storable
 from labsrc.errors import InvalidArgument
 from labsrc.lanes.dense import DenseSource
@@ -32,7 +34,6 @@ from labsrc.records.policy import PolicyChunk
 
 __all__ = [
     "LoadStats",
-    "analysed_terms",
     "boundary_order",
     "document_vectors",
     "float8_array_binary",
@@ -52,8 +53,7 @@ _CHUNK_COLUMNS = (
 _CHUNK_TYPES = ("text", "text", "text", "text", "text", "date", "date", "int4", "text", "bytea")
 _VECTOR_COLUMNS = ("region", "acl_tag", "effective_from", "effective_to", "chunk_id", "embedding")
 _VECTOR_TYPES = ("text", "text", "date", "date", "text", "bytea")  # pgvector's vector_recv decodes the last
-_TERM_COLUMNS = ("chunk_id", "terms", "tfs")
-_TERM_TYPES = ("text", "text[]", "int4[]")
+_TERMS_COPY = "COPY lab_load_terms (chunk_id, terms, tfs) FROM STDIN (FORMAT TEXT, ENCODING 'UTF8')"
 
 # Postings are written by the server: one staged row per chunk (its terms and their counts) is unnested
 # next to the chunk's boundary columns, millions of rows without a Python loop.
@@ -95,20 +95,6 @@ class LoadStats:
     postings: int
     dimension: int
     missing_vectors: int  # chunks stored without a vector (the dense lane can never return them)
-
-
-def analysed_terms(
-    chunks: Sequence[PolicyChunk], analyzer: Callable[[str], list[str]]
-) -> tuple[list[int], list[tuple[list[str], list[int]]]]:
-    """Each chunk's analysed length and its distinct terms with their counts (first-occurrence order)."""
-    lengths: list[int] = []
-    terms: list[tuple[list[str], list[int]]] = []
-    for chunk in chunks:
-        analysed = analyzer(chunk.text)
-        lengths.append(len(analysed))
-        counts = Counter(analysed)
-        terms.append((list(counts), list(counts.values())))
-    return lengths, terms
 
 
 def document_vectors(chunks: Sequence[PolicyChunk], source: DenseSource) -> tuple[list[np.ndarray | None], int]:
@@ -197,12 +183,12 @@ def load_corpus(
             raise InvalidArgument(f"chunk {chunk_id!r}: vector is outside float32's range, which pgvector stores")
     present = [i for i, v in enumerate(vectors) if v is not None]
     matrix = np.asarray([vectors[i] for i in present], dtype=np.float64).reshape(len(present), dimension)
-    lengths, terms = analysed_terms(chunks, analyzer)
+    lengths, staged = analyse_for_copy([(c.chunk_id, c.text) for c in chunks], analyzer)
     with conn.transaction():  # all of the load or none of it
-        return _write(conn, chunks, lengths, terms, matrix, present, dimension, progress)
+        return _write(conn, chunks, lengths, staged, matrix, present, dimension, progress)
 
 
-def _write(conn: Any, chunks: Sequence[PolicyChunk], lengths: list[int], terms: list[tuple[list[str], list[int]]],
+def _write(conn: Any, chunks: Sequence[PolicyChunk], lengths: list[int], staged: list[tuple[int, bytes]],
            matrix: np.ndarray, present: list[int], dimension: int,
            progress: Callable[[str, int, int], None] | None) -> LoadStats:
     exact = dict(zip(present, float8_array_binary(matrix)))
@@ -220,8 +206,13 @@ def _write(conn: Any, chunks: Sequence[PolicyChunk], lengths: list[int], terms: 
     )  # fmt: skip
     _copy(conn, "lab_vectors", _VECTOR_COLUMNS, _VECTOR_TYPES, vector_rows, len(in_order), "load vectors", progress)
     conn.execute("CREATE TEMP TABLE lab_load_terms (chunk_id text COLLATE \"C\", terms text[], tfs int4[]) ON COMMIT DROP")
-    term_rows = ((c.chunk_id, names, tfs) for c, (names, tfs) in zip(chunks, terms))
-    _copy(conn, "lab_load_terms", _TERM_COLUMNS, _TERM_TYPES, term_rows, len(chunks), "load terms", progress)
+    done = 0
+    with conn.cursor() as cur, cur.copy(_TERMS_COPY) as copy:
+        for rows, text in staged:  # already COPY text, rendered by labsrc.engines.analysis_pool
+            copy.write(text)
+            done += rows
+            if progress is not None:
+                progress("load terms", done, len(chunks))
     postings = conn.execute(_POSTINGS_FROM_STAGE).rowcount
     if progress is not None:
         progress("load postings", postings, postings)

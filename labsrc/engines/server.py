@@ -46,6 +46,7 @@ from labsrc.errors import LabError, MissingDependency
 __all__ = [
     "INSTALL_POSTGRES",
     "EmbeddedServer",
+    "package_root",
     "postgres_available",
     "require_psycopg",
     "require_psycopg_pool",
@@ -208,7 +209,7 @@ def _start_reaper(directory: Path, *also: Path) -> subprocess.Popen:
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # a terminal's Ctrl-C (sent to our process group) does not reach it
         close_fds=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root(), os.environ.get("PYTHONPATH")]))},
     )
 
 
@@ -225,8 +226,8 @@ def _finish_reaper(reaper: subprocess.Popen | None, directory: Path, *also: Path
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _package_root() -> str:
-    """The directory holding the ``labsrc`` package, so the reaper imports this very copy."""
+def package_root() -> str:
+    """The directory holding the ``labsrc`` package, so a child process (the reaper, a loader) imports this very copy."""
     return str(Path(__file__).resolve().parents[2])
 
 
