@@ -3,7 +3,7 @@
 One load of the corpus (default: SciFact cycled to 100,000 chunks), 40 permission
 sets taking turns, top-10, 400 requests, each request's BM25 lane run by both
 statements in its own authorized transaction, the order alternating request by
-request:
+request, each on a pooled reader session as :meth:`~labsrc.engines.PostgresRetriever.search` borrows one:
 
 * ``engine``: :func:`labsrc.engines.sparse_lane` as it is: the query's terms
   unnested in order drive one index scan per term, a hash aggregate adds each
@@ -92,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             terms = engine.analyzer(claims[i % len(claims)])
             got: dict[str, list[tuple[str, float]]] = {}
             for name in (("engine", "sort-aggregate") if i % 2 == 0 else ("sort-aggregate", "engine")):
-                with engine.connect_as(caller, day) as conn:
-                    conn.execute(f"SET search_path = {engine.store.search_path}")
+                with engine.store.request(caller, day) as conn:  # a pooled session, as search() borrows one
                     t = time.perf_counter()
                     if name == "engine":
                         got[name] = sparse_lane(conn, terms, TOP_K, k1=engine.k1, b=engine.b)[0]

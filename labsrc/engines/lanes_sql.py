@@ -78,7 +78,7 @@ FROM (SELECT coalesce(sum(n_docs), 0)::int8 AS n_docs, coalesce(sum(total_len), 
 # impact = idf · (tf·(k1+1)) / (tf + k1·((1−b) + b·|d|/avgdl)), in BM25Index's evaluation order.
 #
 # Term at a time, in query-term order: the outer side of the nested loop is the query's terms as unnested
-# (ord 1, 2, ...), and each term's visible postings are one index scan of its own (``OFFSET 0`` keeps the
+# (in array order), and each term's visible postings are one index scan of its own (``OFFSET 0`` keeps the
 # planner from flattening the lateral subquery into one scan of every visible posting, joined by a filter).
 # A hash aggregate then adds each chunk's contributions in the order they arrive, which is query-term order:
 # the sums are BM25Index.score_terms's, bit for bit, without sorting every posting by (chunk, ord).
@@ -88,7 +88,7 @@ _SCORE_SQL = """
 SELECT p.chunk_id,
        sum(q.idf * (p.tf * %(k1p1)s::float8)
            / (p.tf + %(k1)s::float8 * (%(omb)s::float8 + %(b)s::float8 * p.doc_len / %(avgdl)s::float8))) AS score
-FROM unnest(%(terms)s::text[], %(idf)s::float8[]) WITH ORDINALITY AS q(term, idf, ord)
+FROM unnest(%(terms)s::text[], %(idf)s::float8[]) AS q(term, idf)  -- in array order: query-term order
 CROSS JOIN LATERAL (SELECT chunk_id, tf, doc_len FROM lab_postings WHERE term = q.term OFFSET 0) AS p
 GROUP BY p.chunk_id
 ORDER BY score DESC, p.chunk_id
@@ -143,7 +143,7 @@ def sparse_lane(
     """
     distinct = list(dict.fromkeys(query_terms))
     stats = bm25_statistics(conn, distinct) if statistics is None else statistics
-    # One row per occurrence, in query order: the SQL adds them in that order (ORDER BY ord),
+    # One row per occurrence, in query order: the SQL reads and adds them in that order,
     # as BM25Index.score_terms does, so a repeated term counts where it occurs.
     terms = [t for t in query_terms if stats.df.get(t, 0) > 0]
     if not terms or stats.n_docs == 0 or stats.total_len == 0:
