@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 
 from pg_support import requires_postgres, start_server
 
 import labsrc
-from labsrc.engines import document_vectors, float32_cosine_margin, rescore_dense, staging_rows, vector_literal
+from labsrc.engines import (
+    document_vectors,
+    float8_array,
+    float32_cosine_margin,
+    rescore_dense,
+    staging_rows,
+    vector_literal,
+)
 from labsrc.engines.loading import _TERMS_COPY
 
 
@@ -33,6 +42,41 @@ def test_vector_literal_writes_every_float_exactly():
     literal = vector_literal(vector)
     assert literal == "[0.1,-2.5e-07,0.3333333333333333]"
     assert [float(x) for x in literal[1:-1].split(",")] == vector.tolist()
+
+
+def test_float8_array_reads_array_sends_layout():
+    # ndim 1, no NULLs, element type 701 (float8), length 2, lower bound 1; then (byte length 8, value) per element.
+    data = struct.pack(">iiIii", 1, 0, 701, 2, 1) + struct.pack(">id", 8, 0.1) + struct.pack(">id", 8, -2.5e-300)
+    decoded = float8_array(data)
+    assert decoded.dtype == np.float64 and decoded.tolist() == [0.1, -2.5e-300]
+    assert float8_array(struct.pack(">iiI", 0, 0, 701)).shape == (0,)  # '{}': no dimension at all
+
+
+@pytest.mark.parametrize(
+    ("data", "names"),
+    [
+        (struct.pack(">iiIii", 1, 0, 700, 1, 1) + struct.pack(">if", 4, 1.0), "OID 700"),  # float4[]
+        (struct.pack(">iiIii", 1, 1, 701, 1, 1) + struct.pack(">i", -1), "has_nulls=1"),  # '{NULL}'
+        (struct.pack(">iiIiiii", 2, 0, 701, 1, 1, 1, 1) + struct.pack(">id", 8, 1.0), "ndim=2"),
+        (struct.pack(">iiIii", 1, 0, 701, 2, 1) + struct.pack(">id", 8, 1.0), "not 32"),  # one element short
+        (b"\x00\x01", "got 2 bytes"),
+    ],
+)
+def test_float8_array_refuses_anything_else_naming_what_it_got(data, names):
+    with pytest.raises(labsrc.LabError, match=names):
+        float8_array(data)
+
+
+@requires_postgres
+def test_float8_array_decodes_what_the_server_sends_bit_for_bit():
+    import psycopg
+
+    values = [0.1, 1 / 3, -0.0, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, -123.456, 1e-7]
+    for server in start_server():
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            (data,) = conn.execute("SELECT array_send(%s::float8[])", (values,)).fetchone()
+    decoded = float8_array(bytes(data))
+    assert decoded.view(np.uint64).tolist() == np.asarray(values).view(np.uint64).tolist()  # -0.0 stays -0.0
 
 
 def test_rescore_dense_keeps_positive_scores_by_score_then_id():

@@ -269,3 +269,39 @@ def test_bm25_adds_term_by_term_in_query_order_through_a_hash_aggregate(engine, 
     assert "HashAggregate" in plan and "Nested Loop" in plan and "Function Scan on q" in plan
     assert "GroupAggregate" not in plan and "Gather" not in plan
     assert plan.index("HashAggregate") < plan.index("Nested Loop") < plan.index("Function Scan on q")
+
+
+def test_a_request_waits_for_the_server_once_per_result_it_needs(engine, memory, data, tmp_path):
+    from contextlib import contextmanager
+
+    from psycopg import pq
+
+    case = next(
+        c for c in data.cases
+        if (r := memory.search(c.query, data.callers_by_id[c.caller], c.on_date or data.eval_date, 3)).sparse and r.dense
+    )  # fmt: skip
+    caller, day = data.callers_by_id[case.caller], case.on_date or data.eval_date
+    for view in (engine, engine.with_dense("hnsw")):
+        original, trace = view.store.request, tmp_path / f"{view.dense_index}.trace"
+
+        @contextmanager
+        def traced(*args, _original=original, _trace=trace, **kwargs):  # libpq's protocol trace of the lanes' statements
+            with _trace.open("wb") as out, _original(*args, **kwargs) as conn:
+                conn.pgconn.trace(out.fileno())
+                conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+                try:
+                    yield conn
+                finally:
+                    conn.pgconn.untrace()
+
+        view.store.request = traced
+        try:
+            result = view.search(case.query, caller, day, 3)
+        finally:
+            del view.store.request
+        sent = [line.split("\t")[2] for line in trace.read_text(errors="replace").splitlines() if line.startswith("F\t")]
+        waits = sum(kind in ("Flush", "Sync") for kind in sent)
+        assert result.sparse and result.dense
+        # Pipelined: the statistics; the settings with the scores; the restore with the dense lane (its HNSW
+        # settings too). One statement at a time, the same request waited 5 times (exact) or 6 (HNSW).
+        assert sent.count("Execute") >= 5 and waits == 3, (view.dense_index, sent)

@@ -37,6 +37,7 @@ from labsrc.engines.groups import (
     create_group_triggers,
     fill_group_stats,
 )
+from labsrc.engines.binary_arrays import FLOAT8_OID, float8_array, float8_array_binary
 from labsrc.engines.lanes_sql import (
     Bm25Statistics,
     DENSE_MODES,
@@ -54,7 +55,6 @@ from labsrc.engines.loading import (
     LoadStats,
     boundary_order,
     document_vectors,
-    float8_array_binary,
     load_corpus,
     vector_binary,
 )
@@ -137,6 +137,8 @@ __all__ = [
     "create_group_table",
     "create_group_triggers",
     "fill_group_stats",
+    "FLOAT8_OID",
+    "float8_array",
     "float8_array_binary",
     "vector_binary",
     "Bm25Statistics",

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from labsrc.engines.analysis_pool import analyse_for_copy
+from labsrc.engines.binary_arrays import float8_array_binary
 from labsrc.engines.errors import check_storable
 from labsrc.errors import InvalidArgument
 from labsrc.lanes.dense import DenseSource
@@ -36,7 +37,6 @@ __all__ = [
     "LoadStats",
     "boundary_order",
     "document_vectors",
-    "float8_array_binary",
     "load_corpus",
     "vector_binary",
 ]
@@ -62,18 +62,6 @@ INSERT INTO lab_postings (term, chunk_id, tf, doc_len, region, acl_tag, effectiv
 SELECT u.term, c.chunk_id, u.tf, c.doc_len, c.region, c.acl_tag, c.effective_from, c.effective_to
 FROM lab_load_terms AS t JOIN lab_chunks AS c USING (chunk_id), unnest(t.terms, t.tfs) AS u(term, tf)
 """
-
-_FLOAT8_OID = 701
-
-
-def float8_array_binary(matrix: np.ndarray) -> list[bytes]:
-    """Each row as PostgreSQL's binary ``float8[]`` (one dimension, no NULLs, big-endian), for ``COPY BINARY``."""
-    rows, dimension = matrix.shape
-    header = np.array([1, 0, _FLOAT8_OID, dimension, 1], dtype=">i4").tobytes()
-    body = np.empty((rows, dimension), dtype=[("size", ">i4"), ("value", ">f8")])
-    body["size"] = 8
-    body["value"] = matrix
-    return [header + body[i].tobytes() for i in range(rows)]
 
 
 def vector_binary(matrix: np.ndarray) -> list[bytes]:

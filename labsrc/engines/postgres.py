@@ -20,6 +20,11 @@ a connection of its own borrowed from a pool (so any number of threads may call
    (:func:`~labsrc.engines.lanes_sql.dense_candidates`);
 4. ``fusion``: the lab's :func:`~labsrc.fusion.rrf.reciprocal_rank_fusion`, in Python.
 
+The connection is in psycopg's pipeline mode for the whole request, so the client
+waits for the server only where it needs a result: the authorization's backend
+pid, the statistics, the scores (sent with their planner settings) and the dense
+candidates (sent with the settings' restore and, for HNSW, its own settings).
+
 Scores, ids and ties equal the in-memory retriever's with ``dense_index="exact"``
 (the tests check ``==``). The trace also records the engine, the PostgreSQL and
 pgvector versions and the dense index settings.
@@ -303,7 +308,7 @@ class PostgresRetriever:
         dense: list[tuple[PolicyChunk, float]] = []
         with ExitStack() as request:
             with timer.stage("authorize"):  # borrow a connection, begin, sign and write the token
-                conn = request.enter_context(self.store.request(caller, on_date))
+                conn = request.enter_context(self.store.request(caller, on_date, pipeline=True))
             with timer.stage("bm25"):
                 if query.strip():
                     ranked, _ = sparse_lane(conn, self.analyzer(query), depth, k1=self.k1, b=self.b)

@@ -167,10 +167,10 @@ class ReadReplicas:
         return params
 
     @contextmanager
-    def request(self, caller: Any, on_date: Any) -> Iterator[Any]:
+    def request(self, caller: Any, on_date: Any, *, pipeline: bool = False) -> Iterator[Any]:
         """:meth:`PostgresStore.request` on the next server in turn (one whole request per server)."""
         server = self.servers[next(self._turn) % len(self.servers)]
-        with server.request(caller, on_date) as conn:
+        with server.request(caller, on_date, pipeline=pipeline) as conn:
             yield conn
 
     def connect_as(self, caller: Any, on_date: Any) -> Any:

@@ -19,7 +19,7 @@ import secrets
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from labsrc.engines.authorize import RequestSigner
@@ -226,7 +226,7 @@ class PostgresStore:
         raise LabError(f"reader role {self.role} keeps setting itself session defaults")
 
     @contextmanager
-    def request(self, caller: Caller, on_date: dt.date) -> Iterator[Any]:
+    def request(self, caller: Caller, on_date: dt.date, *, pipeline: bool = False) -> Iterator[Any]:
         """A pooled reader connection inside a fresh transaction authorized for ``caller`` on ``on_date``.
 
         One per request, never shared: ``with store.request(caller, day) as conn: ...``. The
@@ -234,15 +234,21 @@ class PostgresStore:
         make psycopg forget the connection's prepared statements); the connection is reset before it
         returns to the pool (:meth:`_reset`). Every driver error inside the block comes out as a
         :class:`~labsrc.errors.LabError` naming the server.
+
+        With ``pipeline=True`` the connection is in psycopg's pipeline mode: statements are sent as they are
+        executed but the client waits only when it fetches a result, so statements executed between two
+        fetches share one round trip (``BEGIN`` travels with the authorization's first query, the token with
+        the next statement). Every statement runs in the same order as without it.
         """
         if self.closed or self.pool is None:
             raise LabError("this PostgreSQL store is closed")
         with driver_errors(self.server_name, self.timeouts):
             with self.pool.connection(timeout=self.timeouts.connect) as conn:
                 with self._deadline(conn, self.timeouts.request):
-                    with conn.transaction():
-                        self._signer.authorize(conn, caller, on_date)
-                        yield conn
+                    with conn.pipeline() if pipeline else nullcontext():
+                        with conn.transaction():
+                            self._signer.authorize(conn, caller, on_date)
+                            yield conn
 
     @contextmanager
     def _deadline(self, conn: Any, seconds: float) -> Iterator[None]:
