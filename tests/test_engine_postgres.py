@@ -305,3 +305,20 @@ def test_a_request_waits_for_the_server_once_per_result_it_needs(engine, memory,
         # Pipelined: the statistics; the settings with the scores; the restore with the dense lane (its HNSW
         # settings too). One statement at a time, the same request waited 5 times (exact) or 6 (HNSW).
         assert sent.count("Execute") >= 5 and waits == 3, (view.dense_index, sent)
+
+
+def test_hnsw_mode_walks_the_graph_rather_than_sorting_the_callers_rows(engine, data):
+    from labsrc.engines import hnsw_settings, lanes_sql, vector_literal
+
+    engine.with_dense("hnsw")  # builds the index
+    query = vector_literal(data.vectors.query_vector("damaged laptop refund"))
+    with engine.connect_as(data.luna, data.eval_date) as conn:
+        # The planner expects a handful of visible rows (the policy hides its values), so by itself it reads
+        # them all through the boundary index and sorts them: an exact scan, four times slower at 100k chunks.
+        conn.execute("SELECT set_config('enable_seqscan', 'off', true)")
+        alone = "\n".join(row[0] for row in conn.execute("EXPLAIN (COSTS OFF) " + lanes_sql._HNSW_SQL, {"q": query, "top_k": 4}))
+        for name, value in hnsw_settings(200, "relaxed_order").items():
+            conn.execute("SELECT set_config(%s, %s, true)", (name, value))
+        plan = "\n".join(row[0] for row in conn.execute("EXPLAIN (COSTS OFF) " + lanes_sql._HNSW_SQL, {"q": query, "top_k": 4}))
+    assert "lab_vectors_boundary" in alone and "Sort" in alone
+    assert "Index Scan using lab_vectors_embedding_hnsw" in plan and "Sort" not in plan

@@ -54,6 +54,7 @@ __all__ = [
     "bm25_statistics",
     "dense_candidates",
     "float32_cosine_margin",
+    "hnsw_settings",
     "rescore_dense",
     "sparse_lane",
     "vector_literal",
@@ -196,6 +197,24 @@ SELECT c.chunk_id, array_send(c.embedding64) FROM v JOIN lab_chunks AS c USING (
 """
 
 
+def hnsw_settings(ef_search: int | None, iterative_scan: str | None) -> dict[str, str]:
+    """The transaction-local settings the HNSW statement runs under.
+
+    They make the planner walk the graph; the RLS filter then runs on what the walk
+    found. Left to itself it scans the caller's rows through the boundary index and
+    sorts them by distance, an exact scan (18 ms against 4 ms for the walk at 100k
+    chunks): the policy's conditions hide their values from it, so it expects a
+    handful of rows. ``enable_sort = off`` rules that plan out, ``enable_seqscan =
+    off`` the sequential scan a small table would get.
+    """
+    settings = {"enable_seqscan": "off", "enable_sort": "off"}
+    if ef_search is not None:
+        settings["hnsw.ef_search"] = str(int(ef_search))
+    if iterative_scan is not None:
+        settings["hnsw.iterative_scan"] = iterative_scan
+    return settings
+
+
 def dense_candidates(
     conn: Any,
     query_vector: np.ndarray,
@@ -217,12 +236,7 @@ def dense_candidates(
         margin = float32_cosine_margin(len(query_vector))
         rows = conn.execute(_EXACT_SQL, {"q": literal, "margin": margin, "offset": int(top_k) - 1}).fetchall()
     else:
-        # Make the planner walk the graph even on a small table, then the RLS filter runs on what it found.
-        settings = {"enable_seqscan": "off"}
-        if ef_search is not None:
-            settings["hnsw.ef_search"] = str(int(ef_search))
-        if iterative_scan is not None:
-            settings["hnsw.iterative_scan"] = iterative_scan
+        settings = hnsw_settings(ef_search, iterative_scan)
         # One statement for all of them: on a pipelined connection it travels with the walk itself.
         conn.execute(
             "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(settings)),
