@@ -67,6 +67,13 @@ def staging_rows(pairs: Sequence[tuple[str, str]], analyzer: Analyse) -> tuple[l
     return lengths, "".join(lines).encode("utf-8")
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS says, else every CPU)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def analyse_for_copy(
     pairs: Sequence[tuple[str, str]], analyzer: Analyse, *, workers: int | None = None
 ) -> tuple[list[int], list[tuple[int, bytes]]]:
@@ -76,8 +83,7 @@ def analyse_for_copy(
     to be written in order.
     ``workers`` defaults to the number of CPUs this process may use.
     """
-    count = workers if workers is not None else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    count = max(1, min(count, len(pairs)))
+    count = max(1, min(_usable_cpus() if workers is None else workers, len(pairs)))
     if count > 1 and len(pairs) >= PARALLEL_FROM:
         try:
             payload_analyzer = pickle.dumps(analyzer)
