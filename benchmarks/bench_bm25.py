@@ -58,6 +58,7 @@ from labsrc.errors import LabError, MissingDependency  # noqa: E402
 from labsrc.evaluation.benchmark import load_lanes  # noqa: E402
 from labsrc.lanes.permitted import PermittedBM25  # noqa: E402
 from labsrc.lanes.sparse import BM25Index  # noqa: E402
+from labsrc.records.files import atomic_write_bytes
 from labsrc.retriever.policy import PolicyRetriever  # noqa: E402
 
 #: labsrc index / fastest peer (issue 11), and the hybrid's latency budget.
@@ -305,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        atomic_write_bytes(path, (json.dumps(result, indent=2) + "\n").encode("utf-8"))
         print(f"\nwrote {path}")
     return 0
 

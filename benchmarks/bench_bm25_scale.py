@@ -41,12 +41,12 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 from labsrc.lanes import Analyzer, BM25Index, load_bm25_index, save_bm25_index  # noqa: E402
 from labsrc.lanes.permitted import PermittedBM25  # noqa: E402
+from labsrc.records.files import atomic_write_bytes  # noqa: E402
 
 # A sibling script (benchmarks/ is on sys.path when a script there runs): one timing helper for both.
 from bench_bm25 import interleaved_best  # noqa: E402
@@ -215,7 +215,7 @@ def main() -> int:
             print(f"  {name:<18}{value:>10.0f}   {value / fastest_peer:5.2f}x the fastest peer")
         print(f"  saved index loads (memory-mapped) in {row['load_mmap_s']:.2f} s, identical results")
     if args.json:
-        Path(args.json).write_text(json.dumps({"top_k": args.top_k, "rows": rows}, indent=2) + "\n", encoding="utf-8")
+        atomic_write_bytes(args.json, (json.dumps({"top_k": args.top_k, "rows": rows}, indent=2) + "\n").encode("utf-8"))
         print(f"wrote {args.json}")
     return 0
 

@@ -51,6 +51,7 @@ import labsrc  # noqa: E402
 from labsrc.lanes import dense  # noqa: E402
 from labsrc.lanes.dense import DenseIndex, MatrixVectors  # noqa: E402
 from labsrc.ranking import top_k_positions  # noqa: E402
+from labsrc.records.files import atomic_write_bytes  # noqa: E402
 
 REGIONS, TAGS = ("EU", "US"), ("support", "legal", "finance", "ops")
 PERMITTED = ("EU", frozenset({"support", "legal", "finance"}))  # 3 of the 8 groups: 37.5 %
@@ -213,11 +214,11 @@ def main() -> None:
     print(f"{described}: {docs.shape[0]:,} x {docs.shape[1]}\n")
     layouts = {layout: run_layout(layout, docs, query_vectors, args) for layout in args.layout}
     if args.json:
-        Path(args.json).write_text(json.dumps({
+        atomic_write_bytes(args.json, (json.dumps({
             "corpus": described, "chunks": docs.shape[0], "dim": docs.shape[1], "top_k": args.top_k,
             "queries": len(query_vectors), "rounds": args.rounds, "machine": platform.processor() or platform.machine(),
             "layouts": layouts,
-        }, indent=1) + "\n")
+        }, indent=1) + "\n").encode("utf-8"))
 
 
 if __name__ == "__main__":

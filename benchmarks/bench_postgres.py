@@ -67,6 +67,7 @@ from labsrc.cli.progress import TqdmProgress  # noqa: E402
 from labsrc.engines.loading import vector_binary  # noqa: E402
 from labsrc.fusion.rrf import reciprocal_rank_fusion  # noqa: E402
 from labsrc.lanes.dense import as_dense_source  # noqa: E402
+from labsrc.records.files import atomic_write_bytes  # noqa: E402
 
 TOP_K = 10
 RRF_K = 60
@@ -584,7 +585,7 @@ def main(argv: list[str] | None = None) -> None:
         "ratios": ratio, "equality": {"checked": checked, "differing": len(differing)},
     }  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        atomic_write_bytes(args.json, (json.dumps(report, indent=2) + "\n").encode("utf-8"))
         print(f"wrote {args.json}")
     if differing:
         raise SystemExit(f"engine-exact lanes differ from the in-memory lanes on requests {differing[:10]}")

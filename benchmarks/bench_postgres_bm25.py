@@ -35,6 +35,7 @@ from bench_tenants import SCIFACT_TAGS, pct, permission_sets, scifact_corpus
 
 from labsrc.engines import PostgresRetriever, bm25_statistics, sparse_lane
 from labsrc.lanes.sparse import idf_lucene
+from labsrc.records.files import atomic_write_bytes
 
 TOP_K = 10
 
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:34} {row['p50']:8.2f} {row['p95']:8.2f}")
     print(f"p95 sort-aggregate / engine: {result['p95_ratio_sort_aggregate_over_engine']:.2f}x; lists differing: {differ}")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        atomic_write_bytes(args.json, (json.dumps(result, indent=2) + "\n").encode("utf-8"))
     return 1 if differ else 0
 
 

@@ -45,6 +45,7 @@ from typing import Any  # noqa: E402
 from bench_tenants import SCIFACT_TAGS, lanes_of, pct, permission_sets, scifact_corpus  # noqa: E402
 
 from labsrc.engines import EmbeddedServer, PostgresRetriever, StreamingReplica  # noqa: E402
+from labsrc.records.files import atomic_write_bytes  # noqa: E402
 
 TOP_K = 10
 
@@ -233,7 +234,7 @@ def main() -> None:
         finally:
             replica.stop()
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        atomic_write_bytes(args.json, (json.dumps(report, indent=2) + "\n").encode("utf-8"))
         print(f"wrote {args.json}")
 
 

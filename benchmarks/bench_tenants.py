@@ -40,6 +40,7 @@ from bench_scale import WORDS, synthetic_corpus  # noqa: E402
 
 import labsrc  # noqa: E402
 from labsrc.lanes import BM25Index, DenseIndex  # noqa: E402
+from labsrc.records.files import atomic_write_bytes  # noqa: E402
 
 
 TAGS = ("support:eu", "support:us", "legal")
@@ -193,7 +194,7 @@ def main() -> None:
         "peak_traced_mib": peak / 2**20, "old_design_rebuild_p50_ms": pct(rebuild, 50), "equality_checked": checked,
     }  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        atomic_write_bytes(args.json, (json.dumps(report, indent=2) + "\n").encode("utf-8"))
         print(f"wrote {args.json}")
 
 
