@@ -37,6 +37,7 @@ from labsrc.engines.groups import (
     create_group_triggers,
     fill_group_stats,
 )
+from labsrc.engines.term_dates import DF_FUNCTION, create_df_function, create_term_dates
 from labsrc.engines.binary_arrays import FLOAT8_OID, float8_array, float8_array_binary
 from labsrc.engines.lanes_sql import (
     Bm25Statistics,
@@ -98,6 +99,7 @@ from labsrc.engines.schema import (
     BOUNDARY_POLICY,
     INDEX_BUILD_MEMORY,
     PLAIN_VECTOR_MAX_DIM,
+    READER_FUNCTIONS,
     READER_TABLES,
     REQUEST_FUNCTION,
     create_indexes,
@@ -129,15 +131,19 @@ __all__ = [
     "BOUNDARY_POLICY",
     "DEFAULT_EF_SEARCH",
     "DEFAULT_ITERATIVE_SCAN",
+    "DF_FUNCTION",
     "GROUP_KEY",
     "HNSW_OVERFETCH",
     "INDEX_BUILD_MEMORY",
     "PLAIN_VECTOR_MAX_DIM",
+    "READER_FUNCTIONS",
     "READER_TABLES",
     "boundary_order",
+    "create_df_function",
     "create_group_table",
     "create_group_triggers",
     "fill_group_stats",
+    "create_term_dates",
     "FLOAT8_OID",
     "float8_array",
     "float8_array_binary",

@@ -23,8 +23,9 @@ a reader's snapshot sees the chunks and the statistics of the same commits.
 Why not df(t) too: a (group, term) table is as large as the postings when
 groups are small. On the benchmark corpus (SciFact cycled to 100k chunks with a
 random window per chunk: 25,949 groups) it holds 8.8 M rows against 11.5 M
-postings, so df is counted from the covering postings index instead, which
-reads only the caller's region and tags.
+postings. df comes from :mod:`labsrc.engines.term_dates` instead: one row per
+(region, tag, term) with its postings' sorted dates, read by a function that
+applies the claims.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 **BM25.** Two statements. The first reads the statistics of the rows the
 session can see: N and the total length (avgdl = total / N) are sums over the
 visible rows of ``lab_group_stats``, one per boundary group
-(:mod:`labsrc.engines.groups`), and, per query term, df = ``count(*)`` of its
-visible postings (an index-only scan of the caller's region and tags).
+(:mod:`labsrc.engines.groups`), and, per query term, df = the number of its
+visible postings, which ``lab_visible_df`` (:mod:`labsrc.engines.term_dates`)
+finds by binary search in the term's sorted effective dates, without reading them.
 Row-level security filters every table, so these are the caller's universe's
 statistics by construction; a hidden chunk cannot move an idf. Python then
 applies the lab's own :func:`~labsrc.lanes.sparse.idf_lucene` (PostgreSQL has
@@ -68,13 +69,15 @@ HNSW_OVERFETCH = 2
 #: pgvector 0.8's ``hnsw.iterative_scan`` values.
 ITERATIVE_SCANS = ("off", "strict_order", "relaxed_order")
 
+# df from lab_visible_df (labsrc.engines.term_dates): two binary searches per term in each of the caller's
+# region-and-tag keys, instead of counting every visible posting. At 100k chunks (300 requests) the statement
+# took 11.5 / 33.8 ms p50 / p95 counting, and the function alone 1.8 / 3.9 ms; N and the total length (the
+# visible rows of lab_group_stats) about 1.2 / 2.1 ms.
 _STATS_SQL = """
 SELECT c.n_docs, c.total_len, d.terms, d.dfs
 FROM (SELECT coalesce(sum(n_docs), 0)::int8 AS n_docs, coalesce(sum(total_len), 0)::int8 AS total_len
         FROM lab_group_stats) AS c,
-     (SELECT array_agg(term) AS terms, array_agg(df) AS dfs
-        FROM (SELECT term, count(*) AS df FROM lab_postings WHERE term = ANY (%(terms)s::text[]) GROUP BY term) AS g
-     ) AS d
+     (SELECT array_agg(term) AS terms, array_agg(df) AS dfs FROM lab_visible_df(%(terms)s::text[])) AS d
 """
 
 # impact = idf · (tf·(k1+1)) / (tf + k1·((1−b) + b·|d|/avgdl)), in BM25Index's evaluation order.

@@ -61,12 +61,14 @@ from typing import Any
 
 from labsrc.engines.authorize import REQUEST_SETTING, RequestSigner
 from labsrc.engines.groups import create_group_table
+from labsrc.engines.term_dates import DF_FUNCTION
 from labsrc.errors import InvalidArgument
 
 __all__ = [
     "BOUNDARY_POLICY",
     "INDEX_BUILD_MEMORY",
     "PLAIN_VECTOR_MAX_DIM",
+    "READER_FUNCTIONS",
     "READER_TABLES",
     "REQUEST_FUNCTION",
     "create_indexes",
@@ -215,6 +217,9 @@ INDEX_BUILD_MEMORY = "1GB"
 #: Every table the reader role may read, each behind :data:`BOUNDARY_POLICY`.
 READER_TABLES = ("lab_chunks", "lab_postings", "lab_vectors", "lab_group_stats")
 
+#: Every function the reader role may call: the claims, and df over them (:mod:`labsrc.engines.term_dates`).
+READER_FUNCTIONS = ("lab_request()", DF_FUNCTION)
+
 #: Widest vector kept in the row (PLAIN storage): 4 bytes a dimension plus the row must fit in an 8 kB page.
 PLAIN_VECTOR_MAX_DIM = 1900
 
@@ -286,7 +291,7 @@ def create_request_function(conn: Any, schema: str, signer: RequestSigner) -> No
 
 
 def create_reader_role(conn: Any, schema: str, role: str, password: str) -> None:
-    """The retriever's role: may log in, read the four tables and call ``lab_request()``; never past RLS."""
+    """The retriever's role: may log in, read the four tables and call :data:`READER_FUNCTIONS`; never past RLS."""
     sql = _sql()
     conn.execute(
         sql.SQL(
@@ -301,9 +306,12 @@ def create_reader_role(conn: Any, schema: str, role: str, password: str) -> None
                 sql.Identifier(schema), sql.Identifier(table), sql.Identifier(role)
             )
         )
-    conn.execute(
-        sql.SQL("GRANT EXECUTE ON FUNCTION {}.lab_request() TO {}").format(sql.Identifier(schema), sql.Identifier(role))
-    )
+    for function in READER_FUNCTIONS:
+        conn.execute(
+            sql.SQL("GRANT EXECUTE ON FUNCTION {}." + function + " TO {}").format(
+                sql.Identifier(schema), sql.Identifier(role)
+            )
+        )
 
 
 def enable_row_security(conn: Any, schema: str, role: str) -> None:

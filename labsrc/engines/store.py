@@ -39,6 +39,7 @@ from labsrc.engines.schema import (
     enable_row_security,
     reset_role_settings,
 )
+from labsrc.engines.term_dates import create_df_function, create_term_dates
 from labsrc.engines.server import EmbeddedServer, require_psycopg, require_psycopg_pool, server_versions
 from labsrc.errors import InvalidArgument, LabError
 from labsrc.lanes.dense import DenseSource
@@ -151,7 +152,9 @@ class PostgresStore:
                 f"PostgreSQL cannot index this corpus: {first_line(exc)}; a chunk_id, region, acl_tag or analysed "
                 f"term (with the others in its row) must stay under about 2,700 bytes{_longest_key(chunks, analyzer)}"
             ) from exc
+        self.term_rows = create_term_dates(self.admin, self.schema)
         create_request_function(self.admin, self.schema, self._signer)
+        create_df_function(self.admin, self.schema)
         create_reader_role(self.admin, self.schema, self.role, self._password)
         enable_row_security(self.admin, self.schema, self.role)
         return stats
