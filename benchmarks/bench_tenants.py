@@ -127,6 +127,9 @@ def main() -> None:
     parser.add_argument("--scifact", metavar="DIR", help="BEIR SciFact folder: real text and its 384-d vectors")
     parser.add_argument("--json", metavar="OUT", help="write the measurements as JSON")
     args = parser.parse_args()
+    for name in ("chunks", "sets", "requests", "dim"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, not {getattr(args, name)}")
 
     if args.scifact:
         chunks, vectors, claims = scifact_corpus(Path(args.scifact), args.chunks)
@@ -180,7 +183,7 @@ def main() -> None:
     checked = 0
     for i, (caller, day) in enumerate(sets):
         alone = labsrc.PolicyRetriever(retriever.universe(caller, day), vectors)
-        query = queries[i]
+        query = queries[i % len(queries)]  # fewer requests than sets: the queries come round again
         if lanes_of(retriever.search(query, caller, day, 10)) != lanes_of(alone.search(query, caller, day, 10)):
             raise SystemExit(f"lanes differ from a permitted-only retriever for {caller} on {day}")
         checked += 1

@@ -86,12 +86,12 @@ __all__ = [
 #: reader's own (those sort after them): which claim subqueries ran then depends on visible rows only, and
 #: EXPLAIN (ANALYZE) cannot show whether a row the reader named exists among the hidden ones. Region and tag
 #: are checked twice for that reason: first in forms that cost one operator and keep their place at the front
-#: (``IS NOT DISTINCT FROM``, ``ARRAY[acl_tag] <@ tags``), then in the forms an index scan is keyed on
+#: (``IS NOT DISTINCT FROM``, ``array_position(tags, acl_tag) IS NOT NULL``), then in the forms an index scan is keyed on
 #: (``region = ...``, which the planner moves to the end with its equivalence classes, and ``acl_tag = ANY
 #: (tags)``, which it costs as several operators).
 BOUNDARY_POLICY = """
     region IS NOT DISTINCT FROM (SELECT (lab_request()).region)
-    AND ARRAY[acl_tag] <@ CAST((SELECT (lab_request()).acl_tags) AS text[])
+    AND array_position(CAST((SELECT (lab_request()).acl_tags) AS text[]), acl_tag) IS NOT NULL
     AND effective_from <= (SELECT (lab_request()).on_date)
     AND COALESCE(effective_to, 'infinity'::date) >= (SELECT (lab_request()).on_date)
     AND region = (SELECT (lab_request()).region)
