@@ -26,6 +26,23 @@ def start_server():
         server.stop()
 
 
+def owner_session(engine):
+    """An autocommit session as the loading user (row-level security does not filter it), on the store's schema
+    (use as a pytest fixture body: ``yield from owner_session(engine)``)."""
+    import psycopg
+
+    with psycopg.connect(engine.dsn, autocommit=True) as conn:
+        conn.execute(f"SET search_path = {engine.store.schema}")
+        yield conn
+
+
+def lesson_callers(data) -> list:
+    """The lesson's callers and one who matches nothing (a region and tag no chunk has)."""
+    import labsrc
+
+    return [*data.callers_by_id.values(), labsrc.Caller("nobody", "MARS", {"none"})]
+
+
 def lanes_of(result) -> dict[str, list[tuple[str, float]]]:
     """The three ranked lists as (chunk_id, score) pairs, for == comparison (scores compared exactly)."""
     return {lane: [(c.chunk_id, s) for c, s in getattr(result, lane)] for lane in ("sparse", "dense", "fused")}

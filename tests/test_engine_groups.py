@@ -14,7 +14,7 @@ import datetime as dt
 import random
 
 import pytest
-from pg_support import requires_postgres, start_server
+from pg_support import lesson_callers, owner_session, requires_postgres, start_server
 
 import labsrc
 from labsrc.engines import PostgresRetriever, bm25_statistics
@@ -48,15 +48,7 @@ def engine(server, data):
 
 @pytest.fixture()
 def owner(engine):
-    import psycopg
-
-    with psycopg.connect(engine.dsn, autocommit=True) as conn:
-        conn.execute(f"SET search_path = {engine.store.schema}")
-        yield conn
-
-
-def callers(data):
-    return [*data.callers_by_id.values(), labsrc.Caller("nobody", "MARS", {"none"})]
+    yield from owner_session(engine)
 
 
 def test_one_row_per_group_after_the_load(engine, owner, data):
@@ -69,7 +61,7 @@ def test_one_row_per_group_after_the_load(engine, owner, data):
 
 def test_a_caller_sums_exactly_its_permitted_chunks(engine, data):
     checked = 0
-    for caller in callers(data):
+    for caller in lesson_callers(data):
         for day in DAYS:
             permitted = labsrc.permitted_chunks(caller, data.chunks, day)
             with engine.connect_as(caller, day) as conn:
@@ -81,7 +73,7 @@ def test_a_caller_sums_exactly_its_permitted_chunks(engine, data):
             visible = {(c.region, c.acl_tag, c.effective_from, c.effective_to) for c in permitted}
             assert set(rows) == visible
             checked += 1
-    assert checked == 3 * len(callers(data))
+    assert checked == 3 * len(lesson_callers(data))
 
 
 def insert_chunk(conn, chunk_id, region, tag, start, end, doc_len):

@@ -13,9 +13,8 @@ import datetime as dt
 import random
 
 import pytest
-from pg_support import requires_postgres, start_server
+from pg_support import lesson_callers, owner_session, requires_postgres, start_server
 
-import labsrc
 from labsrc.engines import PostgresRetriever, bm25_statistics
 
 pytestmark = requires_postgres
@@ -46,15 +45,7 @@ def engine(server, data):
 
 @pytest.fixture()
 def owner(engine):
-    import psycopg
-
-    with psycopg.connect(engine.dsn, autocommit=True) as conn:
-        conn.execute(f"SET search_path = {engine.store.schema}")
-        yield conn
-
-
-def callers(data):
-    return [*data.callers_by_id.values(), labsrc.Caller("nobody", "MARS", {"none"})]
+    yield from owner_session(engine)
 
 
 def every_term(owner):
@@ -76,7 +67,7 @@ def add_posting(conn, term, chunk_id, region, tag, start, end):
 
 def assert_df_equals_count(engine, data, terms, days=DAYS):
     checked = 0
-    for caller in callers(data):
+    for caller in lesson_callers(data):
         for day in days:
             with engine.connect_as(caller, day) as conn:
                 counted = conn.execute(COUNT, (terms,)).fetchall()
@@ -93,7 +84,7 @@ def test_every_terms_df_equals_the_readers_count_for_every_caller_and_date(
     assert (
         len(terms) >= 30
     )  # the lesson's 5 chunks; the write test below adds many windows
-    assert assert_df_equals_count(engine, data, terms) == len(DAYS) * len(callers(data))
+    assert assert_df_equals_count(engine, data, terms) == len(DAYS) * len(lesson_callers(data))
     assert (
         engine.store.term_rows
         == owner.execute(
@@ -108,26 +99,14 @@ def test_the_arithmetic_of_one_window(engine, owner, data):
     # 01-10 to froms and 01-09 (from − 1, not its end 01-05) to tos: +1 − 1 from 01-10 on, 0 before.
     luna = data.luna
     tag = sorted(luna.acl_tags)[0]
-    add_posting(
-        owner,
-        "zzwindow",
-        "zz-1",
-        luna.region,
-        tag,
-        dt.date(2024, 1, 1),
-        dt.date(2024, 1, 31),
-    )
-    add_posting(owner, "zzwindow", "zz-2", luna.region, tag, dt.date(2024, 1, 15), None)
-    # A window that ends before it begins is never in force: stored as e = from − 1 = 01-09, it cancels itself.
-    add_posting(
-        owner,
-        "zzwindow",
-        "zz-3",
-        luna.region,
-        tag,
-        dt.date(2024, 1, 10),
-        dt.date(2024, 1, 5),
-    )
+    windows = [
+        ("zz-1", dt.date(2024, 1, 1), dt.date(2024, 1, 31)),
+        ("zz-2", dt.date(2024, 1, 15), None),
+        # A window that ends before it begins is never in force: stored as e = from − 1 = 01-09, it cancels itself.
+        ("zz-3", dt.date(2024, 1, 10), dt.date(2024, 1, 5)),
+    ]
+    for chunk_id, start, end in windows:
+        add_posting(owner, "zzwindow", chunk_id, luna.region, tag, start, end)
     expected = {
         dt.date(2023, 12, 31): 0,  # 0 − 0
         dt.date(2024, 1, 1): 1,  # 1 − 0
