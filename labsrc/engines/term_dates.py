@@ -14,9 +14,9 @@ the first. A window that ends before it begins (to < from) is never in force:
 then e = from − 1, and the posting leaves the first count exactly when it
 enters the second. ``lab_term_dates`` keeps, per ``(region, acl_tag, term)``,
 the sorted ``from`` dates and the sorted ``e`` of the postings that end, and
-each count is one binary search:
-PostgreSQL's ``width_bucket(operand, thresholds)`` returns how many of the
-sorted thresholds are ≤ the operand, duplicates included. A caller's df is the
+each count is one binary search: PostgreSQL's ``width_bucket(operand,
+thresholds)`` returns how many of the sorted thresholds are ≤ the operand,
+duplicates included. A caller's df is the
 sum over its region and tags:
 
     df(t) = Σ_{tag ∈ claims} width_bucket(d, froms) − width_bucket(d − 1, tos)
@@ -73,15 +73,11 @@ _CHANGED = {
     "DELETE": "SELECT region, acl_tag, term FROM old_rows",
     "UPDATE": "SELECT region, acl_tag, term FROM old_rows UNION SELECT region, acl_tag, term FROM new_rows",
 }
-_REBUILD = (
-    """
+_REBUILD = """
     DELETE FROM {schema}.lab_term_dates AS s USING ({changed}) AS k
      WHERE s.region = k.region AND s.acl_tag = k.acl_tag AND s.term = k.term;
     INSERT INTO {schema}.lab_term_dates
-"""
-    + _ROWS.replace("{where}", "WHERE (region, acl_tag, term) IN ({changed})")
-    + ";"
-)
+""" + _ROWS.replace("{where}", "WHERE (region, acl_tag, term) IN ({changed})") + ";"
 
 _APPLY = """
 CREATE FUNCTION {schema}.lab_term_dates_apply() RETURNS trigger
@@ -140,28 +136,19 @@ def create_term_dates(conn: Any, schema: str) -> int:
 
     Returns its rows. Readable by its owner only: nothing grants it to the reader role.
     """
+    from psycopg import sql
+
     _run(conn, _TABLE.replace("{where}", ""), schema)
     _run(conn, _KEY, schema)
-    _run(
-        conn, "ANALYZE {schema}.lab_term_dates", schema
-    )  # so the function's join is planned as key lookups
+    _run(conn, "ANALYZE {schema}.lab_term_dates", schema)  # so the function's join is planned as key lookups
     apply = _APPLY
     for op, changed in _CHANGED.items():
-        apply = apply.replace(
-            "{" + op.lower() + "}", _REBUILD.replace("{changed}", changed)
-        )
+        apply = apply.replace("{" + op.lower() + "}", _REBUILD.replace("{changed}", changed))
     _run(conn, apply, schema)
     for statement in _TRIGGERS:
         _run(conn, statement, schema)
-    from psycopg import sql
-
-    return int(
-        conn.execute(
-            sql.SQL("SELECT count(*) FROM {}.lab_term_dates").format(
-                sql.Identifier(schema)
-            )
-        ).fetchone()[0]
-    )
+    count = sql.SQL("SELECT count(*) FROM {}.lab_term_dates").format(sql.Identifier(schema))
+    return int(conn.execute(count).fetchone()[0])
 
 
 def create_df_function(conn: Any, schema: str) -> None:
@@ -169,8 +156,4 @@ def create_df_function(conn: Any, schema: str) -> None:
     from psycopg import sql
 
     _run(conn, _FUNCTION, schema)
-    conn.execute(
-        sql.SQL("REVOKE ALL ON FUNCTION {}." + DF_FUNCTION + " FROM PUBLIC").format(
-            sql.Identifier(schema)
-        )
-    )
+    conn.execute(sql.SQL("REVOKE ALL ON FUNCTION {}." + DF_FUNCTION + " FROM PUBLIC").format(sql.Identifier(schema)))
