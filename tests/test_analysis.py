@@ -79,3 +79,65 @@ def test_stemming_is_snowballs_pure_python_algorithm_even_beside_pystemmer(monke
     assert _load_stemmer("dutch_porter")("lichamelijk")  # a two-word language name finds its class
     with pytest.raises(labsrc.InvalidArgument, match="unknown Snowball language 'klingon'"):
         _load_stemmer("klingon")
+
+
+# Words whose stems differ in length and suffix, so two stemmers interleaving on one shared word buffer
+# produce wrong stems or fail inside Snowball (measured before the lock: 7 of 800 SciFact abstracts wrong,
+# and IndexErrors raised from the stemmer, 8 threads).
+_WORDS = (
+    "relational conditional rational valenci hesitanci digitizer conformabli radicalli differentli vileli "
+    "analogousli vietnamization predication operator feudalism decisiveness hopefulness callousness "
+    "formaliti sensitiviti sensibiliti triplicate formative formalize electriciti electrical hopeful goodness "
+    "revival allowance inference airliner gyroscopic adjustable defensible irritant replacement adjustment "
+    "dependent adoption homologou communism activate angulariti homologous effective bowdlerize"
+).split()
+
+
+def test_one_analyzer_gives_every_thread_the_stems_one_thread_gets() -> None:
+    pytest.importorskip("snowballstemmer")
+    import sys
+    import threading
+
+    texts = [" ".join(_WORDS[(i * 7 + j) % len(_WORDS)] for j in range(i % 23 + 5)) for i in range(400)]
+    expected = [Analyzer(stemmer="english")(t) for t in texts]
+    shared = Analyzer(stemmer="english")  # an empty cache: every thread starts by stemming
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    failures: list[object] = []
+    start = threading.Barrier(16)
+
+    def run(k: int) -> None:
+        start.wait(timeout=30)
+        for i in range(k, len(texts), 3):
+            try:
+                if shared(texts[i]) != expected[i]:
+                    failures.append(i)
+            except Exception as exc:  # noqa: BLE001 - a corrupted stemmer raises; count it
+                failures.append(exc)
+
+    try:
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        sys.setswitchinterval(previous)
+    assert not any(t.is_alive() for t in threads)
+    assert failures == []
+
+
+def test_stems_are_remembered_up_to_the_cache_size_and_pickle_empty(monkeypatch) -> None:
+    pytest.importorskip("snowballstemmer")
+    import pickle
+
+    from labsrc.lanes import analysis
+
+    english = Analyzer(stemmer="english")
+    assert english("laptops laptops qualify") == ["laptop", "laptop", "qualifi"]
+    assert dict(english._stems) == {"laptops": "laptop", "qualify": "qualifi"}  # each token stemmed once
+    copy = pickle.loads(pickle.dumps(english))
+    assert copy == english and len(copy._stems) == 0 and copy("qualify laptops") == ["qualifi", "laptop"]
+    monkeypatch.setattr(analysis, "STEM_CACHE_SIZE", 2)
+    assert english("refurbished laptops") == ["refurbish", "laptop"]  # full: stemmed, not stored
+    assert len(english._stems) == 2 and "refurbished" not in english._stems
