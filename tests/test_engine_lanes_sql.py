@@ -95,6 +95,13 @@ def test_staging_rows_count_each_chunks_terms_in_first_occurrence_order_as_copy_
     assert text == b'c2\t{"refund"}\t{2}\nc1\t{"laptop","refund"}\t{1,1}\n'
 
 
+def test_staging_rows_escape_a_row_with_a_nul_in_a_term_term_by_term():
+    # A row is escaped in one pass with NUL standing for the separator; a term holding a NUL itself must not
+    # be split in two there. (The server then refuses the row: text cannot hold a NUL.)
+    _, text = staging_rows([("c", "ignored")], lambda _: ['a"\0b', "c\\"])
+    assert text == b'c\t{"a\\\\"\x00b","c\\\\\\\\"}\t{1,1}\n'
+
+
 @requires_postgres
 def test_staging_rows_reach_the_server_as_the_terms_they_are():
     import psycopg

@@ -61,7 +61,14 @@ def staging_rows(pairs: Sequence[tuple[str, str]], analyzer: Analyse) -> tuple[l
         analysed = analyzer(text)
         lengths.append(len(analysed))
         counts = Counter(analysed)
-        terms = ",".join('"' + term.translate(_ELEMENT_ESCAPES) + '"' for term in counts)
+        # One escape pass over the row's terms rather than one per term (half the time staging took): NUL
+        # stands for the separator while escaping, then becomes '","'. No storable term holds a NUL (PostgreSQL
+        # text cannot), but an analyzer's term that does is escaped term by term and refused by the server.
+        joined = "\0".join(counts)
+        if joined.count("\0") == max(len(counts) - 1, 0):
+            terms = '"' + joined.translate(_ELEMENT_ESCAPES).replace("\0", '","') + '"' if counts else ""
+        else:
+            terms = ",".join('"' + term.translate(_ELEMENT_ESCAPES) + '"' for term in counts)
         tfs = ",".join(map(str, counts.values()))
         lines.append(f"{chunk_id.translate(_COPY_ESCAPES)}\t{{{terms.translate(_COPY_ESCAPES)}}}\t{{{tfs}}}\n")
     return lengths, "".join(lines).encode("utf-8")
