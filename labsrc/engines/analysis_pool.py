@@ -61,7 +61,7 @@ def staging_rows(pairs: Sequence[tuple[str, str]], analyzer: Analyse) -> tuple[l
         analysed = analyzer(text)
         lengths.append(len(analysed))
         counts = Counter(analysed)
-        # One escape pass over the row's terms rather than one per term (half the time staging took): NUL
+        # One escape pass over the row's terms rather than one per term (211 -> 153 us a SciFact chunk): NUL
         # stands for the separator while escaping, then becomes '","'. No storable term holds a NUL (PostgreSQL
         # text cannot), but an analyzer's term that does is escaped term by term and refused by the server.
         joined = "\0".join(counts)

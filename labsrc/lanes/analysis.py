@@ -67,8 +67,8 @@ class _Stems(dict):
     Snowball's Python stemmer keeps the word it is working on in its own fields, so two threads stemming at
     once corrupt each other's words (wrong stems, or an ``IndexError`` from inside the stemmer; measured:
     8 threads over 800 SciFact abstracts, 7 analysed wrong). It therefore runs under a lock, and only for
-    a token not seen before: reading a stem is one dict lookup, which is also most of the speed-up (stemming
-    was 95 % of analysing SciFact). A token is stemmed once whichever thread asks first; two threads
+    a token not seen before: reading a stem is one dict lookup, which is also the speed-up (a SciFact
+    abstract took 5.1 ms to analyse stemming every token, 0.33 ms stemming each distinct token once). A token is stemmed once whichever thread asks first; two threads
     missing together stem it twice, one after the other, and store the same string.
     """
 
