@@ -49,12 +49,7 @@ def owner(engine):
 
 
 def every_term(owner):
-    return [
-        t
-        for (t,) in owner.execute(
-            "SELECT DISTINCT term FROM lab_postings ORDER BY term"
-        ).fetchall()
-    ]
+    return [t for (t,) in owner.execute("SELECT DISTINCT term FROM lab_postings ORDER BY term").fetchall()]
 
 
 def add_posting(conn, term, chunk_id, region, tag, start, end):
@@ -77,19 +72,13 @@ def assert_df_equals_count(engine, data, terms, days=DAYS):
     return checked
 
 
-def test_every_terms_df_equals_the_readers_count_for_every_caller_and_date(
-    engine, owner, data
-):
+def test_every_terms_df_equals_the_readers_count_for_every_caller_and_date(engine, owner, data):
     terms = every_term(owner)
-    assert (
-        len(terms) >= 30
-    )  # the lesson's 5 chunks; the write test below adds many windows
+    assert len(terms) >= 30  # the lesson's 5 chunks; the write test below adds many windows
     assert assert_df_equals_count(engine, data, terms) == len(DAYS) * len(lesson_callers(data))
     assert (
         engine.store.term_rows
-        == owner.execute(
-            "SELECT count(DISTINCT (region, acl_tag, term)) FROM lab_postings"
-        ).fetchone()[0]
+        == owner.execute("SELECT count(DISTINCT (region, acl_tag, term)) FROM lab_postings").fetchone()[0]
     )
 
 
@@ -110,17 +99,11 @@ def test_the_arithmetic_of_one_window(engine, owner, data):
     expected = {
         dt.date(2023, 12, 31): 0,  # 0 − 0
         dt.date(2024, 1, 1): 1,  # 1 − 0
-        dt.date(
-            2024, 1, 5
-        ): 1,  # 1 − 0: the empty window's "end" is not in force either
-        dt.date(
-            2024, 1, 7
-        ): 1,  # 1 − 0: stored as 01-05 instead, it would subtract here (1 − 1)
+        dt.date(2024, 1, 5): 1,  # 1 − 0: the empty window's "end" is not in force either
+        dt.date(2024, 1, 7): 1,  # 1 − 0: stored as 01-05 instead, it would subtract here (1 − 1)
         dt.date(2024, 1, 10): 1,  # 2 − 1
         dt.date(2024, 1, 15): 2,  # 3 − 1
-        dt.date(
-            2024, 1, 31
-        ): 2,  # 3 − #(01-09, 01-31 ≤ 01-30) = 3 − 1: the end is inclusive
+        dt.date(2024, 1, 31): 2,  # 3 − #(01-09, 01-31 ≤ 01-30) = 3 − 1: the end is inclusive
         dt.date(2024, 2, 1): 1,  # 3 − #(01-09, 01-31 ≤ 01-31) = 3 − 2
     }
     for day, df in expected.items():
@@ -132,30 +115,22 @@ def test_the_arithmetic_of_one_window(engine, owner, data):
 def test_a_repeated_term_is_counted_once_and_unknown_terms_give_no_row(engine, data):
     with engine.connect_as(data.luna, data.eval_date) as conn:
         (term, df), *_ = conn.execute(COUNT, (["refund"],)).fetchall()
-        assert conn.execute(
-            VISIBLE_DF, (["refund", "refund", "zz-no-such-term", None],)
-        ).fetchall() == [(term, df)]
+        assert conn.execute(VISIBLE_DF, (["refund", "refund", "zz-no-such-term", None],)).fetchall() == [(term, df)]
         assert conn.execute(VISIBLE_DF, ([],)).fetchall() == []
         assert bm25_statistics(conn, ["refund", "zz-no-such-term"]).df == {"refund": df}
 
 
 def test_without_a_valid_token_the_function_counts_nothing(engine, data):
     with engine.connect_as(data.luna, data.eval_date) as conn:
-        conn.execute(
-            "SELECT set_config('lab.request', 'forged.' || repeat('0', 64), true)"
-        )
+        conn.execute("SELECT set_config('lab.request', 'forged.' || repeat('0', 64), true)")
         assert conn.execute(VISIBLE_DF, (["refund"],)).fetchall() == []
 
 
-def test_the_reader_cannot_read_the_dates_table_and_nobody_else_may_call_the_function(
-    engine, owner, data
-):
+def test_the_reader_cannot_read_the_dates_table_and_nobody_else_may_call_the_function(engine, owner, data):
     import psycopg
 
     with engine.connect_as(data.luna, data.eval_date) as conn:
-        with pytest.raises(
-            psycopg.errors.InsufficientPrivilege, match="permission denied"
-        ):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied"):
             conn.execute("SELECT * FROM lab_term_dates")
     schema = engine.store.schema
     granted = owner.execute(
@@ -196,30 +171,19 @@ def test_a_term_only_hidden_postings_hold_looks_absent(engine, owner, data):
         dt.date(2020, 1, 1),
         day - dt.timedelta(days=1),
     )
-    plan = (
-        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF) "
-        + VISIBLE_DF
-    )
-    buffers = (
-        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS ON) "
-        + VISIBLE_DF
-    )
+    plan = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF) " + VISIBLE_DF
+    buffers = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS ON) " + VISIBLE_DF
     with engine.connect_as(luna, day) as conn:
 
         def seen(term):
-            return conn.execute(VISIBLE_DF, ([term],)).fetchall(), conn.execute(
-                plan, ([term],)
-            ).fetchall()
+            return conn.execute(VISIBLE_DF, ([term],)).fetchall(), conn.execute(plan, ([term],)).fetchall()
 
         absent = seen("zzabsent")
         for hidden in ("zzothertag", "zzfuture", "zzexpired"):
             assert seen(hidden) == absent, hidden
         # Another tag's postings are never looked up, so not even the pages read differ. The caller's own
         # out-of-window versions lengthen the arrays it reads (docs/postgres.md lists that channel).
-        assert (
-            conn.execute(buffers, (["zzothertag"],)).fetchall()
-            == conn.execute(buffers, (["zzabsent"],)).fetchall()
-        )
+        assert conn.execute(buffers, (["zzothertag"],)).fetchall() == conn.execute(buffers, (["zzabsent"],)).fetchall()
     assert absent[0] == []
 
 
@@ -234,14 +198,8 @@ def test_writes_to_the_postings_keep_df_exact(engine, owner, data):
         if action < 0.5 or not made:
             term, chunk_id = rng.choice(terms), f"zz-{step:03d}"
             start = dt.date(2025, 1, 1) + dt.timedelta(days=rng.randrange(24) * 30)
-            end = (
-                None
-                if rng.random() < 0.4
-                else start + dt.timedelta(days=rng.randrange(400))
-            )
-            add_posting(
-                owner, term, chunk_id, rng.choice(regions), rng.choice(tags), start, end
-            )
+            end = None if rng.random() < 0.4 else start + dt.timedelta(days=rng.randrange(400))
+            add_posting(owner, term, chunk_id, rng.choice(regions), rng.choice(tags), start, end)
             made.append((term, chunk_id))
         elif action < 0.7:
             term, chunk_id = made.pop(rng.randrange(len(made)))
@@ -259,9 +217,7 @@ def test_writes_to_the_postings_keep_df_exact(engine, owner, data):
             assert_df_equals_count(engine, data, terms, WRITE_DAYS)
     # Deleting a key's last posting leaves no row behind; a truncate empties the table.
     owner.execute("DELETE FROM lab_postings WHERE term LIKE 'zz%%'")
-    assert owner.execute(
-        "SELECT count(*) FROM lab_term_dates WHERE term LIKE 'zz%%'"
-    ).fetchone() == (0,)
+    assert owner.execute("SELECT count(*) FROM lab_term_dates WHERE term LIKE 'zz%%'").fetchone() == (0,)
     assert_df_equals_count(engine, data, terms)
     owner.execute("TRUNCATE lab_postings")
     assert owner.execute("SELECT count(*) FROM lab_term_dates").fetchone() == (0,)
@@ -282,12 +238,6 @@ def test_a_write_is_invisible_to_readers_until_it_commits(engine, owner, data):
             None,
         )
         with engine.connect_as(luna, day) as conn:
-            assert (
-                dict(conn.execute(VISIBLE_DF, (["refund"],)).fetchall())["refund"]
-                == before
-            )
+            assert dict(conn.execute(VISIBLE_DF, (["refund"],)).fetchall())["refund"] == before
     with engine.connect_as(luna, day) as conn:
-        assert (
-            dict(conn.execute(VISIBLE_DF, (["refund"],)).fetchall())["refund"]
-            == before + 1
-        )
+        assert dict(conn.execute(VISIBLE_DF, (["refund"],)).fetchall())["refund"] == before + 1
