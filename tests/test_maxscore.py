@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labsrc.lanes import BM25Index, sparse
-from labsrc.lanes.maxscore import StoredTerm, maxscore_candidates, score_candidates
+from labsrc.lanes.maxscore import _SLACK, StoredTerm, _kth_largest, _survivors, maxscore_candidates, score_candidates
 from labsrc.ranking import block_max_threshold, top_k_entries, top_k_positions
 
 
@@ -106,6 +106,7 @@ class CountingTerm:
     """A ScoredTerm that counts how often its postings are read in full."""
 
     reads = 0
+    lookup_ns = 30.0
 
     def __init__(self, position: int, contribution: float) -> None:
         self.positions = np.array([position], dtype=np.int64)
@@ -138,3 +139,48 @@ def test_a_long_query_reads_each_terms_postings_a_linear_number_of_times():
     truth = top_k_positions(exhaustive, 2)
     if candidates is not None:
         assert candidates[top_k_positions(scores, 2)].tolist() == truth.tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_survivors_in_one_pass_are_the_plain_passes_survivors(seed):
+    # θ is the k-th largest partial sum; a survivor has partial + remaining >= θ·(1 − slack). The one-pass
+    # version picks entries above a block-max cut first; it must find the very same θ, entries and values.
+    rng = np.random.default_rng(seed)
+    partial = np.zeros(50_000)
+    seen = rng.choice(partial.size, 8_000, replace=False)
+    partial[seen] = np.round(rng.random(seen.size) * 5, 1 + seed % 3)  # rounded: many ties at θ
+    for k in (1, 10, 100):
+        theta = _kth_largest(partial, k)
+        for remaining in (0.0, theta * 0.01, theta * 0.5, theta * (1 - 1e-10), theta, theta * 2):
+            plain = np.flatnonzero(partial + remaining >= theta * (1 - _SLACK))
+            found = _survivors(partial, remaining, k)
+            if not theta > remaining:
+                assert found is None
+                continue
+            got_theta, keep, values = found
+            assert got_theta == theta
+            assert keep.tolist() == plain.tolist() and values.tolist() == partial[plain].tolist()
+    # Too few entries for blocks: the plain passes themselves.
+    assert _survivors(np.array([3.0, 1.0, 2.0]), 0.5, 2)[1].tolist() == [0, 2]
+
+
+def test_survivors_too_costly_to_refine_are_scored_exhaustively():
+    # A rare word picks a few hundred candidates; three common words with dense rows stay non-essential.
+    rng = np.random.default_rng(7)
+    docs = [["a"] * int(rng.integers(1, 4)) + ["b", "c"] + (["rare"] * 3 if i % 20 == 0 else []) for i in range(6000)]
+    index = BM25Index.build_from_terms(((f"d{i:05d}", d) for i, d in enumerate(docs)), analyzer=str.split)
+    query = ["rare", "a", "b", "c"]
+    lists = index._term_lists(query)
+    free = maxscore_candidates(lists, 5, index.n_docs)
+    assert free is not None and 5 < free.size <= 300  # pruned: the rare word's 300 documents at most
+    refine_ns = 300 * 3 * lists[1].lookup_ns  # an upper bound on what refining them costs
+    assert maxscore_candidates(lists, 5, index.n_docs, exhaustive_ns=refine_ns * 100).tolist() == free.tolist()
+    assert maxscore_candidates(lists, 5, index.n_docs, exhaustive_ns=1.0) is None  # cheaper to score every document
+    # Through the index: told that every document is cheap to score, it scores them all, with the same answer.
+    truth = exhaustive_top(index, query, 5)
+    with mock.patch.object(sparse, "_PRUNE_FROM_DOCS", 0), mock.patch.object(sparse, "_PRUNE_FROM_POSTINGS", 500):
+        assert index.search_terms(query, 5) == truth
+        with mock.patch.object(sparse, "exhaustive_ns", return_value=1.0), \
+                mock.patch.object(sparse, "query_scores", wraps=sparse.query_scores) as every_document:
+            assert index.search_terms(query, 5) == truth
+        assert every_document.called

@@ -9,6 +9,10 @@ document. Terms are taken in decreasing order of that bound.
 2. *Refinement.* Each non-essential term is looked up for the candidates only
    (a binary search in its postings, never a scan), θ rises, and candidates
    whose partial score plus the remaining bounds falls below θ are dropped.
+   When refining the survivors would cost more than scoring every document
+   (``exhaustive_ns``, the caller's estimate), the answer is "no pruning" and
+   the caller scores exhaustively: a query of common words only can leave
+   a hundred thousand survivors at 1M documents.
 3. *Exact scores.* The few survivors are scored term by term in the query's
    own order, from 0, so their scores are the very sums exhaustive scoring
    gives (``==``), and ties break by position as everywhere in the lab.
@@ -34,11 +38,20 @@ __all__ = ["ScoredTerm", "StoredTerm", "maxscore_candidates", "score_candidates"
 # Relative margin for comparing sums taken in different orders (their rounding is ~1e-16).
 _SLACK = 1e-9
 
+#: What refining one candidate against one non-essential term costs, in the units of
+#: :data:`labsrc.lanes.postings.POSTING_NS`: a gather from the term's dense row, or a binary search in its
+#: postings (plus the filtering around either). Set where the 1M-document Zipf benchmark's 200 queries
+#: (``bench_bm25_scale.py``) took least time, scanning 4–14 and 10–40: a query whose survivors would cost
+#: more to refine than scoring every document is scored exhaustively instead (its slowest query, three
+#: words in 19–96 % of the documents, took 15.5 ms pruned and 5.0 ms exhaustively).
+ROW_LOOKUP_NS, SEARCH_LOOKUP_NS = 8.0, 30.0
+
 
 class ScoredTerm(Protocol):
     """One query term as MaxScore sees it: a bound on its contribution, and two ways to read it."""
 
     bound: float  # >= its contribution to any document
+    lookup_ns: float  # what looking one candidate up costs (nanoseconds on this project's machine)
 
     def postings(self) -> tuple[np.ndarray, np.ndarray]:
         """All its (ascending positions, contributions): a scan of its postings."""
@@ -70,6 +83,10 @@ class StoredTerm:
 
     def postings(self) -> tuple[np.ndarray, np.ndarray]:
         return self.positions, self.contributions
+
+    @property
+    def lookup_ns(self) -> float:
+        return ROW_LOOKUP_NS if self.row is not None else SEARCH_LOOKUP_NS
 
     def lookup(self, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.row is not None:  # a common term's dense row: one gather, not a binary search per candidate
@@ -139,10 +156,15 @@ def _doubling(n_terms: int) -> list[int]:
     return sizes
 
 
-def maxscore_candidates(terms: Sequence[ScoredTerm], top_k: int, n_docs: int) -> np.ndarray | None:
+def maxscore_candidates(
+    terms: Sequence[ScoredTerm], top_k: int, n_docs: int, *, exhaustive_ns: float | None = None
+) -> np.ndarray | None:
     """Ascending positions that hold the true top ``top_k``, or ``None`` when pruning saves nothing.
 
     ``terms`` are the query's terms (any order); ``n_docs`` bounds the positions.
+    ``exhaustive_ns`` is what scoring every document would cost (the units of
+    :attr:`ScoredTerm.lookup_ns`): when refining the survivors of the essential
+    terms would cost more, the answer is ``None`` too.
     """
     bound = [t.bound for t in terms]
     order = sorted(range(len(terms)), key=lambda i: -bound[i])
@@ -156,14 +178,50 @@ def maxscore_candidates(terms: Sequence[ScoredTerm], top_k: int, n_docs: int) ->
         seen, partial = _merge([d for d, _ in parts], [w for _, w in parts], n_docs)
         if partial.size < top_k:
             continue
-        theta = _kth_largest(partial, top_k)  # dense zeros (unseen documents) never exceed it
         remaining = rest[count] * (1 + _SLACK)
-        if theta > remaining:
-            # Unseen documents score at most `remaining` < θ. Seen ones need partial + remaining >= θ.
-            keep = np.flatnonzero(partial + remaining >= theta * (1 - _SLACK))
-            survivors = keep if seen is None else seen[keep]
-            return _refine(terms, order[count:], rest[count:], survivors, partial[keep], top_k, theta)
+        kept = _survivors(partial, remaining, top_k)
+        if kept is None:
+            continue
+        theta, keep, values = kept
+        survivors = keep if seen is None else seen[keep]
+        refine_ns = survivors.size * sum(terms[i].lookup_ns for i in order[count:])
+        if exhaustive_ns is not None and refine_ns > exhaustive_ns:
+            return None
+        return _refine(terms, order[count:], rest[count:], survivors, values, top_k, theta)
     return None
+
+
+def _survivors(partial: np.ndarray, remaining: float, top_k: int) -> tuple[float, np.ndarray, np.ndarray] | None:
+    """``(θ, positions, partial sums)`` of the entries that may still reach the top k, or ``None`` if unseen ones may.
+
+    θ is the k-th largest partial sum (dense zeros, unseen documents, never exceed
+    it). Unseen documents score at most ``remaining``: when that is not below θ,
+    nothing is pruned. Seen ones survive when partial + remaining >= θ.
+
+    One pass over ``partial`` picks every entry that could survive: a block-max
+    floor f <= θ (:func:`~labsrc.ranking.block_max_threshold`) gives a cut below
+    f − remaining, which every survivor passes (θ >= f) and which also keeps every
+    entry >= f, so θ is the k-th largest of the picked few. Then θ and the
+    survivors are found among those, with the very comparison a full pass makes.
+    On a dense 1M-document array this made the 1M Zipf benchmark 1.25× faster than
+    finding θ and the survivors in separate passes.
+    """
+    floor = block_max_threshold(partial, top_k)
+    if floor <= 0.0:  # too few entries for blocks, or no positive floor: the plain passes
+        theta = _kth_largest(partial, top_k)
+        if not theta > remaining:
+            return None
+        keep = np.flatnonzero(partial + remaining >= theta * (1 - _SLACK))
+        return theta, keep, partial[keep]
+    # Below the cut, partial + remaining < f·(1 − slack) <= θ·(1 − slack), with room for the sum's rounding.
+    cut = floor * (1 - _SLACK) - remaining - floor * 1e-12
+    picked = (partial >= cut).nonzero()[0]
+    values = partial[picked]
+    theta = float(np.partition(values, values.size - top_k)[values.size - top_k])
+    if not theta > remaining:
+        return None
+    keep = (values + remaining >= theta * (1 - _SLACK)).nonzero()[0]
+    return theta, picked[keep], values[keep]
 
 
 def _refine(terms, remaining_order, rest, candidates, partial, top_k, theta) -> np.ndarray:

@@ -45,6 +45,10 @@ def pack_postings(doc_pos: np.ndarray, impact: np.ndarray) -> np.ndarray:
 #: and ``+=`` of a dense row 0.26–0.28 ns a document. ROW_CALLS_NS, the calls a row adds to a
 #: query, is set where SciFact (whose commonest words sit near the line) neither gains nor loses.
 POSTING_NS, ROW_DOC_NS, ROW_CALLS_NS = 2.0, 0.3, 3000.0
+#: The top k of every document's score (:func:`~labsrc.ranking.top_k_entries`: block maxima, one
+#: comparison, a few candidates sorted), per document: 1.06 ns at 1M documents in an hour when a row's
+#: ``+=`` took 0.69 ns, scaled to ROW_DOC_NS's 0.3.
+TOP_K_DOC_NS = 0.45
 
 
 def dense_row_pays(df: int, n_docs: int) -> bool:
