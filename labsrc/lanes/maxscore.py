@@ -184,11 +184,15 @@ def maxscore_candidates(
             continue
         theta, keep, values = kept
         survivors = keep if seen is None else seen[keep]
-        refine_ns = survivors.size * sum(terms[i].lookup_ns for i in order[count:])
-        if exhaustive_ns is not None and refine_ns > exhaustive_ns:
+        if exhaustive_ns is not None and _refine_ns(terms, order[count:], survivors.size) > exhaustive_ns:
             return None
         return _refine(terms, order[count:], rest[count:], survivors, values, top_k, theta)
     return None
+
+
+def _refine_ns(terms: Sequence[ScoredTerm], remaining_order: list[int], survivors: int) -> float:
+    """At most what refining ``survivors`` candidates against the remaining terms costs."""
+    return survivors * sum(terms[i].lookup_ns for i in remaining_order)
 
 
 def _survivors(partial: np.ndarray, remaining: float, top_k: int) -> tuple[float, np.ndarray, np.ndarray] | None:
