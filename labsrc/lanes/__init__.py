@@ -79,6 +79,7 @@ from labsrc.lanes.encoders import (
 from labsrc.lanes.maxscore import (
     ScoredTerm,
     StoredTerm,
+    exhaustive_ns,
     maxscore_candidates,
     score_candidates,
 )
@@ -179,6 +180,7 @@ __all__ = [
     "embed_to_dir",
     "encode_checked",
     "english_analyzer",
+    "exhaustive_ns",
     "explain",
     "float32_cosine_margin",
     "int8_bounds",

@@ -31,9 +31,10 @@ from typing import Protocol
 
 import numpy as np
 
+from labsrc.lanes.postings import POSTING_NS, ROW_DOC_NS, TOP_K_DOC_NS
 from labsrc.ranking import block_max_threshold
 
-__all__ = ["ScoredTerm", "StoredTerm", "maxscore_candidates", "score_candidates"]
+__all__ = ["ScoredTerm", "StoredTerm", "exhaustive_ns", "maxscore_candidates", "score_candidates"]
 
 # Relative margin for comparing sums taken in different orders (their rounding is ~1e-16).
 _SLACK = 1e-9
@@ -95,6 +96,13 @@ class StoredTerm:
             return found, values[found]
         at, found = find(self.positions, candidates)
         return found, self.contributions[at[found]]
+
+
+def exhaustive_ns(terms: Sequence[StoredTerm], n_docs: int) -> float:
+    """What scoring every document costs instead (``query_scores``, then the top k), in ``lookup_ns``'s units."""
+    rows = sum(term.row is not None for term in terms)
+    postings = sum(term.positions.size for term in terms if term.row is None)
+    return rows * n_docs * ROW_DOC_NS + postings * POSTING_NS + n_docs * TOP_K_DOC_NS
 
 
 def _kth_largest(values: np.ndarray, k: int) -> float:

@@ -38,16 +38,8 @@ from labsrc.lanes.bm25 import (
     length_norm,
 )
 from labsrc.lanes.index_files import read_index, write_index
-from labsrc.lanes.maxscore import StoredTerm, maxscore_candidates, score_candidates
-from labsrc.lanes.postings import (
-    POSTING_NS,
-    ROW_DOC_NS,
-    TOP_K_DOC_NS,
-    TermColumns,
-    pack_postings,
-    query_scores,
-    term_columns,
-)
+from labsrc.lanes.maxscore import StoredTerm, exhaustive_ns, maxscore_candidates, score_candidates
+from labsrc.lanes.postings import TermColumns, pack_postings, query_scores, term_columns
 from labsrc.ranking import check_query, check_top_k, top_k_entries
 from labsrc.records.checks import check_chunks
 from labsrc.records.policy import PolicyChunk, chunk_lookup
@@ -345,12 +337,6 @@ class BM25Index:
                 TermExplanation(term, query_count, idf, tf, int(self.doc_len[pos]), self.avgdl, norm, contribution)
             )
         return rows
-
-
-def exhaustive_ns(lists: Sequence[StoredTerm], n_docs: int) -> float:
-    """What scoring every document costs (:func:`~labsrc.lanes.postings.query_scores` and the top k), in ns."""
-    terms = sum(n_docs * ROW_DOC_NS if term.row is not None else term.positions.size * POSTING_NS for term in lists)
-    return terms + n_docs * TOP_K_DOC_NS
 
 
 # --- the lane over policy chunks -----------------------------------------------------
