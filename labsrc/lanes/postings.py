@@ -28,14 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = [
-    "TermColumns",
-    "dense_row_pays",
-    "pack_postings",
-    "query_scores",
-    "score_columns",
-    "term_columns",
-]
+__all__ = ["TermColumns", "dense_row_pays", "pack_postings", "query_scores", "score_columns", "term_columns"]
 
 
 def pack_postings(doc_pos: np.ndarray, impact: np.ndarray) -> np.ndarray:
