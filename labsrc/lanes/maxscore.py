@@ -215,7 +215,7 @@ def _survivors(partial: np.ndarray, remaining: float, top_k: int) -> tuple[float
     f − remaining, which every survivor passes (θ >= f) and which also keeps every
     entry >= f, so θ is the k-th largest of the picked few. Then θ and the
     survivors are found among those, with the very comparison a full pass makes.
-    Separate passes over a dense 1M-document array cost six reads of it; this,
+    Separate passes read a dense 1M-document array about six times; this,
     with the way out to exhaustive scoring, made the 1M Zipf benchmark 1.12–1.14×
     faster (three runs, the same answers).
     """
