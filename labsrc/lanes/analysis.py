@@ -68,8 +68,8 @@ class _Stems(dict):
     once corrupt each other's words (wrong stems, or an ``IndexError`` from inside the stemmer; measured:
     8 threads over 800 SciFact abstracts, 7 analysed wrong). It therefore runs under a lock, and only for
     a token not seen before: reading a stem is one dict lookup, which is also the speed-up (a SciFact
-    abstract took 5.1 ms to analyse stemming every token, 0.33 ms stemming each distinct token once). A token is stemmed once whichever thread asks first; two threads
-    missing together stem it twice, one after the other, and store the same string.
+    abstract took 5.1 ms to analyse stemming every token, 0.33 ms stemming each distinct token once).
+    Two threads that miss the same new token together stem it one after the other and store the same string.
     """
 
     __slots__ = ("_lock", "_stem_word")
