@@ -112,6 +112,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, metavar="THREADS",
                         help="override the config's concurrency: threads the concurrency probe replays every case "
                              "from at once (0: no probe)")
+    parser.add_argument("--probe-budget", type=int, metavar="N",
+                        help="override the config's probe_budget: requests the gate makes up besides the cases "
+                             "(every case's query as every caller, hidden chunks' own codes, edge dates; 0: none)")
     parser.add_argument("--no-progress", action="store_true", help="show no progress (bars when stderr is a terminal, else a heartbeat line at most every 15 s)")
     add_engine_options(parser)
 
@@ -127,14 +130,15 @@ def apply_overrides(config: GateConfig, args: argparse.Namespace) -> GateConfig:
     if getattr(args, "date", None) is not None:
         values["on_date"] = args.date
     for option, key in (("build_timeout", "build_timeout_s"), ("search_timeout", "search_timeout_s"),
-                        ("concurrency", "concurrency")):
+                        ("concurrency", "concurrency"), ("probe_budget", "probe_budget")):
         if getattr(args, option, None) is not None:
             values[key] = getattr(args, option)
     try:
         return GateConfig(**values)
     except InvalidArgument as exc:  # name the option, not the config key, when the option set it
         for option, key in (("--build-timeout", "build_timeout_s"), ("--search-timeout", "search_timeout_s"),
-                            ("--concurrency", "concurrency"), ("--top-k", "top_k"), ("--repetitions", "repetitions")):
+                            ("--concurrency", "concurrency"), ("--top-k", "top_k"), ("--repetitions", "repetitions"),
+                            ("--probe-budget", "probe_budget")):
             if str(exc).startswith(key) and getattr(args, option[2:].replace("-", "_"), None) is not None:
                 raise InvalidArgument(f"{option}: {exc}") from None
         raise

@@ -17,7 +17,9 @@ A gate config is a JSON or TOML file whose keys are the fields of
       "noninterference": "exact",
       "build_timeout_s": 300,
       "search_timeout_s": 30,
-      "concurrency": 16
+      "concurrency": 16,
+      "probe_budget": 400,
+      "probe_seed": 0
     }
 
 Budget tables are merged over the defaults, so ``{"p95_budget_ms": {"dense": 80}}``
@@ -46,10 +48,12 @@ from labsrc.records.loading import parse_date, parse_json, read_text, too_deep
 __all__ = [
     "DEFAULT_BUILD_TIMEOUT_S",
     "DEFAULT_CONCURRENCY",
+    "DEFAULT_PROBE_BUDGET",
     "DEFAULT_SEARCH_TIMEOUT_S",
     "HYBRID_RULES",
     "LANES",
     "MAX_CONCURRENCY",
+    "MAX_PROBE_BUDGET",
     "MAX_REPETITIONS",
     "GateConfig",
     "check_timeout",
@@ -63,6 +67,11 @@ DEFAULT_SEARCH_TIMEOUT_S = 30.0
 #: Threads the concurrency probe uses; 0 turns it off.
 DEFAULT_CONCURRENCY = 16
 MAX_CONCURRENCY = 256
+#: Generated requests per run unless the config says otherwise (``probe_budget``; 0 makes none): on the
+#: lab's retrievers a few seconds, on the audited ones tens of seconds.
+DEFAULT_PROBE_BUDGET = 400
+#: The most generated requests ``probe_budget`` may ask for: at a few ms a request, minutes, not days.
+MAX_PROBE_BUDGET = 100_000
 #: The most replays of the case set ``warmup`` and ``repetitions`` may each ask for. One repetition
 #: of the lesson's 7 cases took 8 ms in memory and 50 ms on the embedded postgres engine (measured
 #: on the project's 2-core machine: ``labsrc report --repetitions 20000`` ran 166 s), so 1,000 is
@@ -160,6 +169,12 @@ class GateConfig:
     concurrency:
         Threads the concurrency probe replays every case from at once, on one build
         (16 by default; 0 turns the probe off).
+    probe_budget, probe_seed:
+        With a factory, the gate also makes up requests of its own from the corpus and
+        the callers (:mod:`~labsrc.gate.plan`): every case's query as every caller, a
+        hidden chunk's own code and rarest terms, each version's edge dates. At most
+        ``probe_budget`` of them (400 by default, up to :data:`MAX_PROBE_BUDGET`; 0 makes
+        none), chosen deterministically from ``probe_seed``.
     """
 
     top_k: int = 2
@@ -176,6 +191,8 @@ class GateConfig:
     build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S
     search_timeout_s: float = DEFAULT_SEARCH_TIMEOUT_S
     concurrency: int = DEFAULT_CONCURRENCY
+    probe_budget: int = DEFAULT_PROBE_BUDGET
+    probe_seed: int = 0
 
     def __post_init__(self) -> None:
         check_top_k(self.top_k)
@@ -214,6 +231,9 @@ class GateConfig:
                 f"not {self.concurrency!r}"
             )
 
+        _count(self.probe_budget, "probe_budget", 0, MAX_PROBE_BUDGET)
+        _count(self.probe_seed, "probe_seed", 0)
+
     def eval_date(self) -> dt.date:
         """``on_date`` if pinned, else today's date."""
         return self.on_date if self.on_date is not None else dt.date.today()
@@ -236,6 +256,8 @@ class GateConfig:
             "build_timeout_s": self.build_timeout_s,
             "search_timeout_s": self.search_timeout_s,
             "concurrency": self.concurrency,
+            "probe_budget": self.probe_budget,
+            "probe_seed": self.probe_seed,
         }
 
 

@@ -17,6 +17,7 @@ from labsrc.gate.config import LANES, GateConfig
 from labsrc.evaluation.latency import LatencyReport
 from labsrc.evaluation.metrics import recall_at_k
 from labsrc.gate.outcomes import CaseOutcome, lane_recall
+from labsrc.gate.generated import GeneratedCheck, GeneratedFinding, probes_detail, shown
 from labsrc.gate.probes import Probes
 from labsrc.gate.verdicts import GateResult, not_tested, plural
 from labsrc.records.cases import NEGATIVE_KINDS
@@ -68,6 +69,12 @@ GATE_TABLE: Mapping[str, tuple[str, str]] = MappingProxyType(
             "every case replayed from many threads at once on one build, callers interleaved",
             "one request's answer depends on the requests running beside it",
         ),
+        "generated": (
+            "requests the gate makes up: every case's query as every caller, hidden chunks' own codes and terms, "
+            "each version's edge dates",
+            "a caller, query or date no case asks about gets evidence it may not see, or other answers than a build "
+            "over its permitted chunks",
+        ),
         "errors": ("every search call of the run", "the retriever raised instead of answering"),
         "latency": ("per-stage p50 and p95 budgets in ms", "a stage is too slow to ship"),
     }
@@ -107,26 +114,59 @@ def _latency_gate(latency: LatencyReport, config: GateConfig, *, stages_reported
     return GateResult("latency p50/p95", not stages, detail, family="latency", failing_stages=stages)
 
 
-def _boundary_gate(outcomes: Sequence[CaseOutcome]) -> GateResult:
+def _boundary_gate(outcomes: Sequence[CaseOutcome], generated: GeneratedCheck | None) -> GateResult:
+    name = "boundary on every returned id"
+    answered = [o for o in outcomes if not o.error]
+    generated_answered = generated.answered if generated is not None else 0
+    if not answered and not generated_answered:
+        return GateResult(name, False, f"not tested: {_no_answer(len(outcomes), 'case')}, so no returned id could be checked",
+                          family="boundary", tested=False)
     flagged = [o for o in outcomes if o.violations]
+    leaks = generated.of_kind("boundary") if generated is not None else ()
     hidden = sorted({v.chunk_id for o in flagged for v in o.violations})
-    detail = (f"{plural(len(outcomes), 'case')}, every lane at top_k and full depth: "
+    detail = (f"{plural(len(answered), 'case')} answered, every lane at top_k and full depth: "
               f"{plural(len(hidden), 'hidden id')} returned")
+    if len(answered) < len(outcomes):
+        detail += f" ({len(outcomes) - len(answered)} raised or timed out: not checked)"
+    if generated is not None:
+        asked = len({(f.request.caller, f.request.on_date, f.request.query) for f in leaks})
+        distinct = len({f.chunk_id for f in leaks})
+        detail += (f"; {plural(generated_answered, 'generated request')} answered, {asked} returned a hidden id"
+                   + (f" ({distinct} distinct)" if leaks else ""))
     probed = {v.where for o in flagged for v in o.violations if v.where}
     if probed:
         detail += " (counting the bait build and concurrent requests)"
     # The stored corpus's own hidden ids first (what the caller gets today), then what probes drew out.
     findings = tuple(v.describe() for o in flagged for v in o.violations if not v.where)
     findings += tuple(v.describe() for o in flagged for v in o.violations if v.where)
-    return GateResult("boundary on every returned id", not flagged, detail,
+    findings += shown(leaks)
+    return GateResult(name, not flagged and not leaks, detail,
                       tuple(o.case.name for o in flagged), family="boundary", findings=findings)
+
+
+def _no_answer(count: int, noun: str) -> str:
+    """``every search of the 3 cases raised or timed out``: why a gate has no evidence behind it."""
+    return f"every search of the {plural(count, noun)} raised, timed out or broke the contract"
+
+
+def _generated_gate(check: GeneratedCheck) -> GateResult:
+    name = "generated probes"
+    if check.asked and not check.answered:
+        return GateResult(name, False, f"not tested: {check.plan.coverage()}: {_no_answer(check.asked, 'generated request')}",
+                          family="generated", tested=False, findings=check.errors[:5])
+    if not check.asked:
+        return GateResult(name, True, f"{check.plan.coverage()}: nothing to generate", family="generated",
+                          tested=False)
+    return GateResult(name, not check.findings, probes_detail(check), family="generated",
+                      findings=shown(check.findings))
 
 
 def _comparison_name(kind: str) -> str:
     return {"rebuild": "noninterference by rebuild", "bait": "noninterference by bait"}[kind]
 
 
-def _comparison_gate(outcomes: Sequence[CaseOutcome], kind: str, mode: str) -> GateResult:
+def _comparison_gate(outcomes: Sequence[CaseOutcome], kind: str, mode: str,
+                     generated: Sequence[GeneratedFinding] = (), generated_compared: int = 0) -> GateResult:
     every = [(o, getattr(o, kind)) for o in outcomes if getattr(o, kind) is not None]
     compared = [(o, c) for o, c in every if c.compared]
     skipped = len(every) - len(compared)
@@ -135,8 +175,13 @@ def _comparison_gate(outcomes: Sequence[CaseOutcome], kind: str, mode: str) -> G
                           f"not compared: the ids of all {plural(skipped, 'case')} differ between two builds of the "
                           "same chunks, so no difference could be told from noise (see 'repeatable builds')",
                           family=kind, tested=False)
+    if all(o.error for o, _ in compared) and not generated:  # the case's own search never answered
+        return GateResult(_comparison_name(kind), False,
+                          f"not tested: {_no_answer(len(compared), 'case')} on one of the two builds, so nothing was compared: "
+                          f"{compared[0][1].describe()}", family=kind, tested=False)
     differing = [(o, c) for o, c in compared if c.differs]
     findings = tuple(f"case {o.case.name!r}: {c.describe()}" for o, c in differing)
+    findings += shown(generated)
     if kind == "rebuild":
         name = "noninterference by rebuild"
         what = "a build over the caller's permitted chunks only"
@@ -149,7 +194,9 @@ def _comparison_gate(outcomes: Sequence[CaseOutcome], kind: str, mode: str) -> G
         detail += f", largest score difference {largest:.6g}"
     if skipped:
         detail += f"; {plural(skipped, 'case')} not compared (ids not reproducible)"
-    return GateResult(name, not differing, detail, tuple(o.case.name for o, _ in differing),
+    if generated_compared:
+        detail += f"; {plural(generated_compared, 'generated request')}: {len(generated)} differ"
+    return GateResult(name, not differing and not generated, detail, tuple(o.case.name for o, _ in differing),
                       family=kind, findings=findings)
 
 
@@ -164,6 +211,9 @@ def _canary_gate(probes: Probes) -> GateResult:
     detail = f"canary {canary.canary_id!r} for {canary.caller!r} on {canary.on_date}; {withheld}"
     if canary.passed:
         detail += ": the canary came back for its own text" + ("" if canary.withheld is None else ", the withheld chunk did not")
+    if canary.error is not None:  # no answer behind it: neither PASS nor a finding about indexing
+        return GateResult(name, False, f"not tested: {detail}: {canary.error}", family="canary", tested=False,
+                          findings=canary.findings())
     return GateResult(name, canary.passed, detail, family="canary", findings=canary.findings())
 
 
@@ -225,12 +275,18 @@ def evaluate_gates(
     config: GateConfig | None = None,
     latency: LatencyReport | None = None,
     probes: Probes | None = None,
+    *,
+    timed: bool = False,
 ) -> list[GateResult]:
     """Every gate's verdict, in the lesson's table order (latency last, when measured).
 
     ``probes`` (a factory's run, :func:`~labsrc.gate.gates.gate_retriever`) adds the canary,
     repeat and concurrency gates, and turns the rebuild and bait gates into a failing NOT TESTED
-    when the canary shows that comparisons across builds prove nothing.
+    when the canary shows that comparisons across builds prove nothing. ``timed`` says the run meant to
+    time the cases: when none answered, the latency gate says NOT TESTED and fails the run.
+
+    No gate says PASS without an answer behind it: a gate whose every search raised, timed out or broke
+    the contract says NOT TESTED and fails the run, whatever ``require_cases`` says.
     """
     config = config or GateConfig()
     k = config.top_k
@@ -240,10 +296,16 @@ def evaluate_gates(
     lanes_reported = all(o.lanes_reported for o in outcomes)
     fused_only = "the retriever returns only its fused list, so its lanes cannot be measured"
 
+    answered_positives = [o for o in positives if not o.error]
+    no_positive_answer = (f"not tested: {_no_answer(len(positives), 'positive case')}, so no recall was measured "
+                          "(see 'search errors')")
     for lane in LANES:
         name = f"recall@{k} {lane}"
         if not positives:
             results.append(not_tested(name, "recall", "positive cases", config))
+            continue
+        if not answered_positives:
+            results.append(GateResult(name, False, no_positive_answer, family="recall", tested=False))
             continue
         if lane != "hybrid" and not lanes_reported:
             untested = not_tested(name, "recall", "", config, reason=fused_only)
@@ -274,6 +336,8 @@ def evaluate_gates(
         name = f"hybrid {relation} each lane"
         if not positives:
             results.append(not_tested(name, "hybrid", "positive cases", config))
+        elif not answered_positives:
+            results.append(GateResult(name, False, no_positive_answer, family="hybrid", tested=False))
         elif not lanes_reported:
             results.append(not_tested(name, "hybrid", "", config, reason=fused_only))
         else:
@@ -285,14 +349,24 @@ def evaluate_gates(
         if not group:
             results.append(not_tested(f"{kind} exclusion", kind, f"{kind} cases", config))
             continue
+        answered = [o for o in group if not o.error]
+        if not answered:
+            results.append(GateResult(f"{kind} exclusion", False, f"not tested: {_no_answer(len(group), 'case')}, "
+                                      "so no exclusion was shown (see 'search errors')", family=kind, tested=False))
+            continue
         leaks = tuple(o.case.name for o in group if o.leaked())
         detail = f"{plural(len(group), 'case')}, {len(leaks)} leaked (all lanes, full depth)"
+        if len(answered) < len(group):
+            detail += f"; {len(group) - len(answered)} raised or timed out: not checked"
         findings = tuple(f"case {o.case.name!r}: forbidden {list(o.leaked())} reached a lane" for o in group if o.leaked())
         results.append(GateResult(f"{kind} exclusion", not leaks, detail, leaks, family=kind, findings=findings))
 
     absent = [o for o in outcomes if o.case.kind == "absent"]
     if not absent:
         results.append(not_tested("abstention", "abstention", "absent cases", config))
+    elif all(o.error for o in absent):
+        results.append(GateResult("abstention", False, f"not tested: {_no_answer(len(absent), 'absent case')} "
+                                  "(see 'search errors')", family="abstention", tested=False))
     else:
         overreach = tuple(o.case.name for o in absent if o.overreach())
         returned = sum(len(set(o.returned) - set(o.case.forbidden)) for o in absent)
@@ -303,8 +377,9 @@ def evaluate_gates(
         findings = tuple(f"case {o.case.name!r}: returned {list(o.overreach())} as evidence" for o in absent if o.overreach())
         results.append(GateResult("abstention", not overreach, detail, overreach, family="abstention", findings=findings))
 
+    generated = probes.generated if probes is not None else None
     if outcomes:
-        results.append(_boundary_gate(outcomes))
+        results.append(_boundary_gate(outcomes, generated))
     mode = config.noninterference
     if probes is not None and probes.noninterference:
         results.append(_canary_gate(probes))
@@ -317,9 +392,13 @@ def evaluate_gates(
         if not trusted:
             results.append(_untrusted_gate(kind, probes))  # type: ignore[arg-type]
         elif any(getattr(o, kind) is not None for o in outcomes):
-            results.append(_comparison_gate(outcomes, kind, mode))
+            extra = generated.of_kind(kind) if generated is not None else ()
+            compared = generated.compared if generated is not None and kind == "rebuild" else 0
+            results.append(_comparison_gate(outcomes, kind, mode, extra, compared))
     if probes is not None and probes.concurrency is not None:
         results.append(_concurrency_gate(outcomes, probes))
+    if generated is not None:
+        results.append(_generated_gate(generated))
     raised = [o for o in outcomes if o.error]
     if raised:
         results.append(GateResult(
@@ -330,4 +409,7 @@ def evaluate_gates(
 
     if latency is not None:
         results.append(_latency_gate(latency, config, stages_reported=lanes_reported))
+    elif timed and outcomes:
+        results.append(GateResult("latency p50/p95", False, f"not tested: {_no_answer(len(outcomes), 'case')}, "
+                                  "so nothing was timed", family="latency", tested=False))
     return results

@@ -54,7 +54,9 @@ from labsrc.gate.probe_runs import (
     noninterference_probe,
     repeat_probe,
 )
-from labsrc.gate.probes import Probes
+from labsrc.gate.generated import ask_generated, judge_generated, probe_vectors, request_of
+from labsrc.gate.plan import plan_probes
+from labsrc.gate.probes import CanaryCheck, Probes, Repeatability
 from labsrc.evaluation.subject import (
     Factory,
     Observation,
@@ -173,8 +175,8 @@ def _judge(
 
 def _run(config: GateConfig, date: dt.date, outcomes: Sequence[CaseOutcome], latency: LatencyReport | None,
          versions: Mapping[str, str], dense_model: Mapping[str, Any], label: str, mode: str | None = None,
-         probes: Probes | None = None) -> GateRun:
-    gates = evaluate_gates(outcomes, config, latency, probes)
+         probes: Probes | None = None, timed: bool = False) -> GateRun:
+    gates = evaluate_gates(outcomes, config, latency, probes, timed=timed)
     return GateRun(
         config=config,
         on_date=date,
@@ -188,6 +190,17 @@ def _run(config: GateConfig, date: dt.date, outcomes: Sequence[CaseOutcome], lat
         noninterference=mode,
         probes=probes,
     )
+
+
+def _why_not_compared(config: GateConfig, canary: CanaryCheck | None, repeat: Repeatability | None) -> str | None:
+    """Why generated answers were not compared with a permitted-only rebuild, or None when they could be."""
+    if config.noninterference == "off":
+        return "no permitted-only rebuilds were made: the config's comparison mode is 'off'"
+    if canary is None or not canary.passed:
+        return "the factory was not shown to index what it is handed, so no rebuild was made"
+    if repeat is not None and repeat.ids_differ:
+        return "ids differ between two builds of the same chunks, so no difference could be told from noise"
+    return None
 
 
 def _check_cases(cases: Sequence[Case]) -> None:
@@ -223,7 +236,7 @@ def release_gate(
     versions = subject_versions(retriever, date, label)
     outcomes, _, latency = _judge(partial(observe_request, retriever), chunks, cases, as_caller_map(callers), config,
                                   date, versions, label=label, measure=measure, progress=progress)
-    return _run(config, date, outcomes, latency, versions, _dense_model(retriever), label)
+    return _run(config, date, outcomes, latency, versions, _dense_model(retriever), label, timed=measure)
 
 
 def gate_retriever(
@@ -280,6 +293,10 @@ def gate_retriever(
             raise InvalidArgument(f"case {case.name!r} names unknown caller {case.caller!r}; known: {sorted(callers)}")
     date = on_date or config.eval_date()
     label = label or factory_name(factory)
+    plan = None
+    if config.probe_budget:
+        plan = plan_probes(stored, callers, cases, date, budget=config.probe_budget, seed=config.probe_seed)
+        vectors = probe_vectors(vectors, plan, stored)
     builder = Builder(factory, vectors, config)
     builds = 1
     main = builder.build(stored, "every stored chunk")
@@ -297,11 +314,15 @@ def gate_retriever(
         if config.concurrency:
             concurrency, together, violations = concurrency_probe(
                 main, cases, callers, date, config.top_k, outcomes, config, "exact", progress)
+        generated_answers = None
+        if plan is not None:
+            generated_answers = ask_generated(main.search, plan.requests, callers, config.top_k, progress)
         restarts = main.restarts
     finally:
         main.close()
     mode = None
     repeat = canary = None
+    rebuilt: dict[int, Observation] = {}
     rebuild: dict[int, Comparison] = {}
     bait: dict[int, Comparison] = {}
     bait_violations: list[tuple[int, Violation]] = []
@@ -313,8 +334,12 @@ def gate_retriever(
         if repeat.scores_differ:
             mode = "ids"  # noise is not a leak: compare what reproduces
         if canary is not None and canary.passed:
-            rebuild, bait, bait_violations = noninterference_probe(
-                builder, stored, cases, callers, date, config.top_k, observed, mode, repeat.unstable(), progress)
+            extra = () if plan is None or generated_answers is None or repeat.ids_differ else [
+                (i, request_of(plan.requests[i], callers, config.top_k))
+                for i, answer in enumerate(generated_answers) if not answer.error]
+            rebuild, bait, bait_violations, rebuilt = noninterference_probe(
+                builder, stored, cases, callers, date, config.top_k, observed, mode, repeat.unstable(), progress,
+                extra=extra)
             builds += 2 * len(case_groups(cases, callers, date))
     if concurrency is not None and repeat is not None and repeat.scores_differ:
         together = {i: replace(c, mode="ids") for i, c in together.items()}
@@ -327,6 +352,11 @@ def gate_retriever(
                 violations=o.violations + tuple(extra.get(i, ())))
         for i, o in enumerate(outcomes)
     ]
+    generated = None
+    if plan is not None:
+        generated = judge_generated(plan, generated_answers, chunk_lookup(stored), callers,  # type: ignore[arg-type]
+                                    rebuilt=rebuilt, mode=mode or "exact", not_compared=_why_not_compared(
+                                        config, canary, repeat))
     probes = Probes(canary=canary, repeat=repeat, concurrency=concurrency, builds=builds, restarts=restarts,
-                    noninterference=config.noninterference != "off")
-    return _run(config, date, outcomes, latency, versions, dense_model, label, mode, probes)
+                    noninterference=config.noninterference != "off", generated=generated)
+    return _run(config, date, outcomes, latency, versions, dense_model, label, mode, probes, timed=measure)

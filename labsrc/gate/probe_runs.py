@@ -91,16 +91,24 @@ def noninterference_probe(
     mode: str,
     unstable: frozenset[str],
     progress: Progress | None,
-) -> tuple[dict[int, Comparison], dict[int, Comparison], list[tuple[int, Violation]]]:
+    *,
+    extra: Sequence[tuple[int, Request]] = (),
+) -> tuple[dict[int, Comparison], dict[int, Comparison], list[tuple[int, Violation]], dict[int, Observation]]:
     """Per case position: the comparison with the permitted-only rebuild, and with the bait build.
 
     Cases in ``unstable`` (ids not reproducible between two builds of the same chunks) are not compared.
     The third item holds bait chunks the bait build returned, as boundary violations of their case.
+    ``extra`` are more ``(key, request)`` pairs (the generated probes) asked of the rebuild of their
+    (caller, date) when the cases made one; the fourth item maps each key to that rebuild's answer.
     """
     rebuild: dict[int, Comparison] = {}
     bait: dict[int, Comparison] = {}
     returned_bait: list[tuple[int, Violation]] = []
+    rebuilt: dict[int, Observation] = {}
     groups = case_groups(cases, callers, on_date)
+    extra_by_group: dict[tuple[str, dt.date], list[tuple[int, Request]]] = {}
+    for key, request in extra:
+        extra_by_group.setdefault((request.caller.actor_id, request.on_date), []).append((key, request))
     taken = {c.chunk_id for c in stored}
     skipped = "its ids and order differ between two builds of the same chunks (see 'repeatable builds')"
     for done, ((actor, day), positions) in enumerate(groups.items(), start=1):
@@ -146,11 +154,14 @@ def noninterference_probe(
                         found = boundary_violations(case.name, answer, caller, day, planted_by_id,
                                                     where="(bait build)")
                         returned_bait += [(i, v) for v in found if v.chunk_id in planted_ids]
+                if kind == "rebuild":
+                    for key, request in extra_by_group.get((actor, day), ()):
+                        rebuilt[key] = other.search(request)
             finally:
                 other.close()
         if progress is not None:
             progress("noninterference", done, len(groups))
-    return rebuild, bait, returned_bait
+    return rebuild, bait, returned_bait, rebuilt
 
 
 def _replay_on(build: IsolatedBuild, cases: Sequence[Case], callers: Mapping[str, Caller], on_date: dt.date,

@@ -32,6 +32,7 @@ import numpy as np
 
 from labsrc.boundary import block_reasons, permitted_chunks
 from labsrc.gate.bait import BaitVectors
+from labsrc.gate.generated import GeneratedCheck
 from labsrc.gate.noninterference import Comparison, compare_observations
 from labsrc.evaluation.subject import Observation, Request
 from labsrc.lanes.dense import DenseSource
@@ -288,7 +289,7 @@ class Probes:
     """What the probes of a factory's gate run found: the input of the canary, repeat and concurrency gates.
 
     ``canary`` is ``None`` when no case's caller holds a tag (no permitted canary can be made) or
-    noninterference is off; ``builds`` counts the builds the run made (each in its own worker
+    noninterference is off; ``generated`` holds what the generated probes found; ``builds`` counts the builds the run made (each in its own worker
     process) and ``restarts`` the builds made again after a search timed out.
     """
 
@@ -298,12 +299,14 @@ class Probes:
     builds: int = 0
     restarts: int = 0
     noninterference: bool = True
+    generated: GeneratedCheck | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "canary": None if self.canary is None else self.canary.to_dict(),
             "repeat": None if self.repeat is None else self.repeat.to_dict(),
             "concurrency": None if self.concurrency is None else self.concurrency.to_dict(),
+            "generated": None if self.generated is None else self.generated.to_dict(),
             "builds": self.builds,
             "restarts": self.restarts,
         }

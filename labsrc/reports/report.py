@@ -29,6 +29,7 @@ import pandas as pd
 from labsrc.errors import InvalidArgument
 from labsrc.gate.config import LANES
 from labsrc.gate.gates import GATE_TABLE, CaseOutcome, GateRun
+from labsrc.gate.generated import CASES_FILE
 from labsrc.reports.html_report import dense_model_label, report_html
 from labsrc.evaluation.significance import SignificanceReport, lane_significance
 from labsrc.reports.traces import compact_trace
@@ -360,6 +361,15 @@ def write_report(run: GateRun, out_dir: str | Path) -> dict[str, Path]:
             for o in run.outcomes
         ],
     )
+    # The cases the generated probes hand back, queries included (a hidden chunk's words are never printed in a
+    # report, so this is where a team finds them); a file left by an earlier run would hand back stale cases.
+    generated = run.probes.generated if run.probes is not None else None
+    handed = generated.cases_to_add() if generated is not None else []
+    if handed:
+        paths[CASES_FILE] = out / CASES_FILE
+        _write_jsonl(paths[CASES_FILE], handed)
+    else:
+        (out / CASES_FILE).unlink(missing_ok=True)
     thresholds = {lane: run.config.min_recall[lane] for lane in run.config.min_recall}
     recall, latency = recall_frame(run), latency_frame(run)
     save_figure(plot_recall(recall, run.config.top_k, thresholds=thresholds), paths["recall.png"])

@@ -1,0 +1,292 @@
+"""Generated probes, asked and judged exactly: every answer against the boundary, and against the rebuild where one exists.
+
+The plan (:mod:`~labsrc.gate.plan`) says which requests to make up; this module
+asks them and turns the answers into findings:
+
+* every returned id must be one the asking caller may see on the request's date
+  (:func:`~labsrc.gate.noninterference.boundary_violations`); a caller with no
+  ACL tag may see nothing, so anything returned to one is a finding;
+* where the run built the caller's permitted chunks only for that (caller, date)
+  (the rebuild gate's builds), the answer must equal the rebuild's: ids, order
+  and scores, or ids and order when the repeat probe found scores that do not
+  reproduce (:func:`~labsrc.gate.noninterference.compare_observations`).
+
+A red-team tool needs a model to judge its attacks; the lab knows the boundary,
+so each judgement is exact. Each finding is handed back as the one case to add
+to ``cases.jsonl`` (the counterexample, one request), checked against the case
+rules (:func:`~labsrc.gate.case_rules.case_problems`) so that it loads.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from labsrc.boundary import block_reasons
+from labsrc.evaluation.latency import Progress
+from labsrc.evaluation.subject import Observation, Request
+from labsrc.gate.bait import BaitVectors
+from labsrc.gate.case_rules import OWN_REASONS, case_problems
+from labsrc.gate.noninterference import Comparison, Violation, boundary_violations, compare_observations
+from labsrc.gate.plan import GeneratedRequest, ProbePlan
+from labsrc.gate.verdicts import plural
+from labsrc.lanes.coverage import query_lookup
+from labsrc.lanes.dense import DenseSource
+from labsrc.records.cases import Case
+from labsrc.records.policy import Caller, PolicyChunk
+
+__all__ = ["CASES_FILE", "GeneratedCheck", "GeneratedFinding", "ask_generated", "judge_generated", "probe_vectors", "request_of"]
+
+#: Where ``--out`` writes the cases the generated probes hand back (queries included).
+CASES_FILE = "generated_cases.jsonl"
+#: Failures in a row after which the generated probes stop (the retriever stopped answering).
+GIVE_UP_AFTER = 5
+#: Findings of generated probes printed under a gate; report.json keeps every one.
+SHOWN_FINDINGS = 20
+_LANE = {"hybrid": "the fused list", "bm25": "the bm25 lane", "dense": "the dense lane"}
+
+
+def probe_vectors(source: DenseSource | None, plan: ProbePlan,
+                  stored: Sequence[PolicyChunk]) -> DenseSource | None:
+    """``source``, giving each made-up query it has no stored vector for the vector of the chunk it aims at.
+
+    A precomputed vectors folder knows only the case queries, and embedding a new query may need a
+    model the machine lacks; the target's own vector is the strongest dense attack anyway (cosine 1).
+    Queries the source knows keep their own vector; an encoder embeds every query itself and is
+    returned as it is (:func:`~labsrc.lanes.coverage.query_lookup`).
+    """
+    has_query = None if source is None else query_lookup(source)
+    if has_query is None:
+        return source
+    by_id = {c.chunk_id: c for c in stored}
+    wanted: dict[str, PolicyChunk] = {}
+    for probe in plan.requests:
+        if probe.target is not None and probe.query not in wanted and not has_query(probe.query):
+            wanted[probe.query] = by_id[probe.target]
+    if not wanted:
+        return source
+    rows = source.document_matrix(list(wanted.values()))
+    return BaitVectors(source, {}, queries={query: rows[n] for n, query in enumerate(wanted)})
+
+
+def request_of(probe: GeneratedRequest, callers: Mapping[str, Caller], top_k: int) -> Request:
+    return Request(probe.query, callers[probe.caller], probe.on_date, top_k, "adhoc")
+
+
+def ask_generated(ask: Callable[[Request], Observation], requests: Sequence[GeneratedRequest],
+                  callers: Mapping[str, Caller], top_k: int, progress: Progress | None = None,
+                  stage: str = "generated probes") -> list[Observation]:
+    """Every request through ``ask``, in plan order (the order is part of the probe: callers back to back).
+
+    After :data:`GIVE_UP_AFTER` failures in a row (a retriever that stopped answering, each failure
+    costing a timeout and a rebuild) the rest are not asked: the answers stop short, and the check says so.
+    """
+    answers: list[Observation] = []
+    failed = 0
+    for done, probe in enumerate(requests, start=1):
+        answer = ask(request_of(probe, callers, top_k))
+        answers.append(answer)
+        failed = failed + 1 if answer.error else 0
+        if progress is not None and (done % 25 == 0 or done == len(requests)):
+            progress(stage, done, len(requests))
+        if failed >= GIVE_UP_AFTER:
+            break
+    return answers
+
+
+@dataclass(frozen=True)
+class GeneratedFinding:
+    """One generated request that broke the invariant: what it asked, what went wrong, and the case to add."""
+
+    request: GeneratedRequest
+    kind: str  # "boundary" (a hidden id came back) or "rebuild" (the answer differs from the permitted-only build)
+    problem: str
+    chunk_id: str | None = None
+    case: Mapping[str, Any] | None = None
+
+    def describe(self) -> str:
+        if self.case is None:
+            add = "; the case for it is handed back with the first finding of this request"
+            if self.chunk_id is not None and self.kind == "boundary" and self.problem.endswith("not a stored chunk"):
+                add = "; no case can name an id that is not stored"
+        elif self.request.printable:
+            add = f"; add to cases.jsonl: {json.dumps(dict(self.case))}"
+        else:  # its query is words of a hidden chunk: never printed, written only beside the report
+            add = (f"; add case {self.case['name']!r} from {CASES_FILE} (written by --out; its query is words "
+                   "of a hidden chunk, so no report prints it)")
+        return f"{self.request.describe()}: {self.problem}{add}"
+
+    def to_dict(self) -> dict[str, Any]:
+        printable = self.case is not None and self.request.printable
+        return {"request": self.request.to_dict(), "kind": self.kind, "problem": self.problem,
+                "chunk_id": self.chunk_id, "case": dict(self.case) if printable else None,  # type: ignore[arg-type]
+                "case_name": None if self.case is None else self.case["name"], "finding": self.describe()}
+
+
+@dataclass(frozen=True)
+class GeneratedCheck:
+    """What the generated probes found: the plan's coverage, how many answered, every finding.
+
+    ``compared`` counts answers compared with a permitted-only rebuild; ``not_compared`` says why
+    none were, when the rebuild comparisons could not be trusted or made.
+    """
+
+    plan: ProbePlan
+    answered: int
+    errors: tuple[str, ...] = ()
+    findings: tuple[GeneratedFinding, ...] = ()
+    compared: int = 0
+    not_compared: str | None = None
+    not_asked: int = 0
+
+    @property
+    def asked(self) -> int:
+        return len(self.plan.requests) - self.not_asked
+
+    def of_kind(self, kind: str) -> tuple[GeneratedFinding, ...]:
+        return tuple(f for f in self.findings if f.kind == kind)
+
+    def summary(self) -> str:
+        line = f"{self.plan.coverage()}; {self.answered} answered"
+        if self.errors:
+            line += f", {len(self.errors)} raised or timed out"
+        if self.not_asked:
+            line += f", {self.not_asked} not asked ({GIVE_UP_AFTER} failed in a row, so the probes stopped)"
+        line += f"; {self.compared} compared with a permitted-only rebuild"
+        if self.not_compared:
+            line += f" ({self.not_compared})"
+        return line
+
+    def cases_to_add(self) -> list[dict[str, Any]]:
+        """Every case handed back, queries as they are: the lines of :data:`CASES_FILE`."""
+        return [dict(f.case) for f in self.findings if f.case is not None]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"plan": self.plan.to_dict(), "answered": self.answered, "errors": list(self.errors),
+                "not_asked": self.not_asked,
+                "compared": self.compared, "not_compared": self.not_compared,
+                "findings": [f.to_dict() for f in self.findings]}
+
+
+def shown(findings: Sequence[GeneratedFinding]) -> tuple[str, ...]:
+    """The first :data:`SHOWN_FINDINGS` findings as lines, and how many more there are."""
+    lines = tuple(f.describe() for f in findings[:SHOWN_FINDINGS])
+    if len(findings) > SHOWN_FINDINGS:
+        lines += (f"... and {len(findings) - SHOWN_FINDINGS} more generated findings (report.json lists every one)",)
+    return lines
+
+
+def _valid(case: Case, callers: Mapping[str, Caller], stored: Mapping[str, PolicyChunk]) -> dict[str, Any] | None:
+    if case_problems(case, callers, stored, case.on_date or dt.date.today()):
+        return None
+    out: dict[str, Any] = {"name": case.name, "query": case.query, "caller": case.caller, "kind": case.kind}
+    if case.expected:
+        out["expected"] = list(case.expected)
+    if case.forbidden:
+        out["forbidden"] = list(case.forbidden)
+    out["on_date"] = case.on_date.isoformat()  # type: ignore[union-attr]
+    return out
+
+
+def _hidden_case(name: str, probe: GeneratedRequest, chunk: PolicyChunk, callers: Mapping[str, Caller],
+                 stored: Mapping[str, PolicyChunk]) -> dict[str, Any] | None:
+    """A safety case forbidding ``chunk``, of the kind its first fitting block reason names (else ``absent``)."""
+    reasons = block_reasons(callers[probe.caller], chunk, probe.on_date)
+    kinds = [k for r in reasons for k, own in OWN_REASONS.items() if r in own] + ["absent"]
+    for kind in kinds:
+        case = Case(name, probe.query, probe.caller, kind, forbidden=(chunk.chunk_id,), on_date=probe.on_date,
+                    notes=f"generated by the gate: {probe.family} probe")
+        found = _valid(case, callers, stored)
+        if found is not None:
+            return found
+    return None
+
+
+def _rebuild_case(name: str, probe: GeneratedRequest, reference: Observation, answer: Observation,
+                  callers: Mapping[str, Caller], stored: Mapping[str, PolicyChunk]) -> dict[str, Any] | None:
+    """A positive case expecting the rebuild's fused ids, or an absent case forbidding what came back instead."""
+    expected = reference.ids("hybrid")
+    extra = tuple(i for i in answer.ids("hybrid") if i not in expected and i in stored)
+    notes = f"generated by the gate: {probe.family} probe, the answer of the permitted-only rebuild"
+    candidates = []
+    if expected:
+        candidates.append(Case(name, probe.query, probe.caller, "positive", expected=expected,
+                               on_date=probe.on_date, notes=notes))
+    if extra:
+        candidates.append(Case(name, probe.query, probe.caller, "absent", forbidden=extra, on_date=probe.on_date,
+                               notes=notes))
+    for case in candidates:
+        found = _valid(case, callers, stored)
+        if found is not None:
+            return found
+    return None
+
+
+def _violation_line(v: Violation) -> str:
+    return f"{v.chunk_id!r} at rank {v.rank} of {_LANE.get(v.lane, v.lane)}: {', '.join(v.details or v.reasons)}"
+
+
+def judge_generated(
+    plan: ProbePlan,
+    answers: Sequence[Observation],
+    stored: Mapping[str, PolicyChunk],
+    callers: Mapping[str, Caller],
+    *,
+    rebuilt: Mapping[int, Observation] | None = None,
+    mode: str = "exact",
+    not_compared: str | None = None,
+) -> GeneratedCheck:
+    """Findings of every generated answer (``answers[i]`` answers ``plan.requests[i]``).
+
+    ``rebuilt`` maps a request's position to the answer of the permitted-only rebuild for its
+    (caller, date), where the run made one; ``mode`` is how those are compared.
+    """
+    rebuilt = rebuilt or {}
+    findings: list[GeneratedFinding] = []
+    errors: list[str] = []
+    answered = compared = 0
+    handed: set[tuple[str, dt.date, str]] = set()
+
+    def name() -> str:
+        return f"generated-{len(findings) + 1:03d}"
+
+    for i, (probe, answer) in enumerate(zip(plan.requests, answers)):
+        if answer.error:
+            errors.append(f"{probe.describe()}: {answer.error}")
+            continue
+        answered += 1
+        key = (probe.caller, probe.on_date, probe.query)
+        caller = callers[probe.caller]
+        for v in boundary_violations(probe.family, answer, caller, probe.on_date, stored):
+            chunk = stored.get(v.chunk_id)
+            case = None
+            if chunk is not None and key not in handed:
+                case = _hidden_case(name(), probe, chunk, callers, stored)
+                handed.add(key)
+            findings.append(GeneratedFinding(probe, "boundary", _violation_line(v), v.chunk_id, case))
+        reference = rebuilt.get(i)
+        if reference is None:
+            continue
+        comparison: Comparison = compare_observations(reference, answer, kind="rebuild", mode=mode)
+        if comparison.error:
+            errors.append(f"{probe.describe()} on the permitted-only rebuild: {comparison.error}")
+            continue
+        compared += 1
+        if comparison.differs:
+            case = None if key in handed else _rebuild_case(name(), probe, reference, answer, callers, stored)
+            handed.add(key)
+            problem = f"differs from the build over {probe.caller!r}'s permitted chunks only: {comparison.describe()}"
+            findings.append(GeneratedFinding(probe, "rebuild", problem, None, case))
+    if not rebuilt and not_compared is None:
+        not_compared = "no permitted-only rebuild was made for any (caller, date) of these requests"
+    return GeneratedCheck(plan, answered, tuple(errors), tuple(findings), compared, not_compared,
+                          not_asked=len(plan.requests) - len(answers))
+
+
+def probes_detail(check: GeneratedCheck) -> str:
+    """The generated-probes gate's detail line: coverage, then what was found."""
+    found = len({(f.request.caller, f.request.on_date, f.request.query) for f in check.findings})
+    return f"{check.summary()}: {plural(found, 'request')} broke the invariant"
