@@ -198,3 +198,51 @@ def test_reports_state_the_coverage_and_never_print_a_hidden_chunks_words(corpus
     assert secret  # some handed-back cases ask in a hidden chunk's own words ...
     for name, text in texts.items():
         assert not any(q in text for q in secret), name  # ... which no report prints
+
+
+# -- no PASS without evidence ----------------------------------------------------------------------------------------
+
+
+class _Raises:
+    def __init__(self, chunks, vectors):
+        self.chunks = chunks
+
+    def search(self, query, caller, on_date, top_k):
+        raise RuntimeError("the index is down")
+
+
+def _always_raises(chunks, vectors):
+    return _Raises(chunks, vectors)
+
+
+@pytest.fixture(scope="module")
+def all_raised(records):
+    from labsrc.gate import GateConfig, gate_retriever
+
+    chunks, callers, cases = records
+    config = GateConfig(top_k=3, on_date=DAY, probe_budget=40, concurrency=2, repetitions=1, warmup=0)
+    return gate_retriever(_always_raises, chunks, callers, cases, None, config)
+
+
+def _every_gate():
+    from labsrc.gate import GateConfig
+    from labsrc.testing.gate_items import ALL_GATES, expected_gates
+
+    return [name for name, off in expected_gates(GateConfig(top_k=3)) if off is None and name != ALL_GATES]
+
+
+@pytest.mark.parametrize("name", _every_gate())
+def test_a_gate_with_no_answer_behind_it_never_passes(all_raised, name) -> None:
+    from labsrc.testing.gate_items import FAILED, gate_outcome
+
+    gate = {g.name: g for g in all_raised.gates}.get(name)
+    assert gate is not None, f"{name} is missing from the run: {[g.name for g in all_raised.gates]}"
+    assert gate.status != "PASS" and not gate.passed, gate
+    assert gate_outcome(all_raised, name).outcome == FAILED  # its pytest item (-k) fails too
+    if name != "search errors":
+        assert gate.status == "NOT TESTED", gate
+
+
+def test_a_run_where_every_search_raised_fails(all_raised) -> None:
+    assert not all_raised.passed
+    assert all(o.error for o in all_raised.outcomes)
