@@ -228,7 +228,9 @@ def _every_gate():
     from labsrc.gate import GateConfig
     from labsrc.testing.gate_items import ALL_GATES, expected_gates
 
-    return [name for name, off in expected_gates(GateConfig(top_k=3)) if off is None and name != ALL_GATES]
+    # The cleanup gate judges the builds, not the answers: it has evidence when every search raised.
+    return [name for name, off in expected_gates(GateConfig(top_k=3))
+            if off is None and name not in (ALL_GATES, "no process outlives its build")]
 
 
 @pytest.mark.parametrize("name", _every_gate())
@@ -246,3 +248,107 @@ def test_a_gate_with_no_answer_behind_it_never_passes(all_raised, name) -> None:
 def test_a_run_where_every_search_raised_fails(all_raised) -> None:
     assert not all_raised.passed
     assert all(o.error for o in all_raised.outcomes)
+
+
+# -- the contract's shape, settled at the first search --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["async_search", "dict_results"])
+def test_an_async_search_and_dict_results_are_judged_as_they_are(corpus, name, capfd) -> None:
+    code, out, err = gate(corpus, name)
+    assert code == 0, out + err  # the sound retriever behind the other shape passes every gate
+    assert "search errors" not in out and status(out, "generated probes") == "PASS"
+    # What a build prints is captured per build and shown under its own header: no warning was printed at all.
+    assert "never awaited" not in out + err + capfd.readouterr().err and "retriever output" not in out
+
+
+BAD_SHAPE = '''
+class Chroma:
+    def __init__(self, chunks):
+        self.chunks = chunks
+
+    def search(self, query, caller, on_date, top_k):  # Chroma's query() answer, as it comes
+        ids = [c.chunk_id for c in self.chunks[:top_k]]
+        return {"ids": ids, "distances": [0.5] * len(ids)}
+
+
+def build(chunks, vectors):
+    return Chroma(chunks)
+'''
+
+
+def test_an_unreadable_shape_stops_the_run_at_the_first_search_with_one_line(corpus, tmp_path) -> None:
+    plugin = tmp_path / "chroma_shape.py"
+    plugin.write_text(BAD_SHAPE)
+    code, out, err = run_gate(corpus, "--retriever", f"{plugin}:build")
+    assert code == 2 and "PASS" not in out and "FAIL" not in out  # no cascade of gate failures
+    (line,) = err.strip().splitlines()
+    assert line.startswith("labsrc: error: ") and "search returned dict with keys ['distances', 'ids']" in line
+    assert "(chunk_id, score) pairs" in line and "docs/gating.md#what-search-may-return" in line
+
+
+# -- nothing outlives the gate -------------------------------------------------------------------------------------
+
+
+def _helpers() -> list[int]:
+    """Pids of live processes whose command line carries the leak retrievers' helper marker."""
+    from leak_retrievers import HELPER_MARKER
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if HELPER_MARKER.encode() in argv:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="finding escaped processes needs Linux's /proc")
+@pytest.mark.parametrize("name", ["helper_new_session", "helper_double_fork"])
+def test_helpers_a_factory_starts_outside_its_group_are_killed_and_named(corpus, name) -> None:
+    before = set(_helpers())
+    code, out, _ = gate(corpus, name, "--probe-budget", "20", "--concurrency", "0")
+    assert code == 1, out
+    assert status(out, "no process outlives its build") == "FAIL"
+    named = [line for line in findings(out, "no process outlives its build") if "time.sleep(600)" in line]
+    assert named and named[0].startswith("the factory left a process running: build 'every stored chunk': pid ")
+    assert set(_helpers()) <= before  # every helper of the run is gone
+
+
+def test_a_factory_that_starts_nothing_passes_the_cleanup_gate(corpus) -> None:
+    code, out, _ = gate(corpus, "correct", "--probe-budget", "0", "--concurrency", "0")
+    assert code == 0 and status(out, "no process outlives its build") == "PASS"
+
+
+PRINTS = '''
+import sys
+
+
+class Chatty:
+    def __init__(self, chunks):
+        print("loading the index: every chunk, even the hidden ones")
+        self.chunks = chunks
+
+    def search(self, query, caller, on_date, top_k):
+        print("debug: searching", query, file=sys.stderr)
+        return []
+
+
+def build(chunks, vectors):
+    return Chatty(chunks)
+'''
+
+
+def test_what_a_retriever_prints_is_shown_under_a_header_and_written_beside_the_report(corpus, tmp_path) -> None:
+    plugin = tmp_path / "chatty.py"
+    plugin.write_text(PRINTS)
+    code, out, _ = run_gate(corpus, "--retriever", f"{plugin}:build", "--probe-budget", "5", "--concurrency", "0",
+                            "--out", str(tmp_path / "report"))
+    table, _, printed = out.partition("retriever output (what each build printed; not part of the verdict):")
+    assert printed and "loading the index" not in table and "debug: searching" not in table
+    assert "  --- build 'every stored chunk' ---" in printed and "  | loading the index" in printed
+    saved = (tmp_path / "report" / "retriever_output.txt").read_text()
+    assert "debug: searching" in saved

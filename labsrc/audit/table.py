@@ -54,9 +54,10 @@ AUDIT_GATES = (
     "factory indexes what it is handed",
     "repeatable builds",
     "same answers under concurrent requests",
+    "generated probes",
 )
 _WHY_ORDER = ("factory indexes what it is handed", "boundary on every returned id", "noninterference by rebuild",
-              "noninterference by bait", "same answers under concurrent requests", "repeatable builds",
+              "noninterference by bait", "same answers under concurrent requests", "generated probes", "repeatable builds",
               "search errors", "exclusion", "recall")
 _EXCLUSION = ("restricted exclusion", "superseded exclusion", "not_yet_effective exclusion", "wrong_region exclusion",
               "abstention")

@@ -26,7 +26,8 @@ from labsrc.cli.progress import make_progress
 from labsrc.cli.report import add_run_options, apply_overrides, print_gate_table
 from labsrc.errors import InvalidArgument
 from labsrc.reports.junit import write_junit
-from labsrc.reports.report import write_report
+from labsrc.gate.generated import CASES_FILE
+from labsrc.reports.report import OUTPUT_FILE, REPORT_FILES, write_report
 from labsrc.lanes.sources import load_dense_source, visible_chunks
 from labsrc.records.loading import parse_date
 
@@ -44,7 +45,7 @@ def iso_date(value: str) -> dt.date:
 def run(args: argparse.Namespace) -> int:
     # Output paths first: a typo there must not cost a whole run, nor end in a traceback.
     if args.out:
-        check_out_dir(args.out)
+        check_out_dir(args.out, files=(*REPORT_FILES, CASES_FILE, OUTPUT_FILE))
     if args.junit_xml:
         check_out_file(args.junit_xml, "--junit-xml")
     if args.retriever and (args.engine is not None or args.dsn is not None):

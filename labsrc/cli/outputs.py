@@ -4,16 +4,44 @@ and messages that quote what the user gave printed on one line (:func:`one_line`
 ``labsrc gate --out DIR`` and ``--junit-xml FILE`` are CI options: a typo there
 must be exit 2 with the path and the reason, not a Python traceback after the
 run (which CI would read as exit 1, "a gate failed").
+
+A path that is a FIFO, a device or a socket is refused too, and so is one inside
+the report folder: opening a FIFO for writing blocks until someone reads it, so a
+run would end with its verdict computed and then hang on the write (CI kills the
+job and reports nothing). The checks only ``stat`` the paths: they never open one.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from labsrc.errors import InvalidArgument
 
 __all__ = ["check_out_dir", "check_out_file", "one_line"]
+
+
+def _special_kind(path: Path) -> str | None:
+    """What ``path`` is when writing to it could block or go nowhere (a FIFO, a device, a socket), else None.
+
+    ``os.stat`` follows a symlink: a link to a FIFO is a FIFO for whoever opens it.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # missing, a dangling link, a NUL in the name: nothing there to block on
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return None
 
 
 def _first_existing(path: Path) -> Path:
@@ -34,9 +62,37 @@ def _probe_write(folder: Path, option: str, target: Path) -> None:
         ) from None
 
 
-def check_out_dir(path: str | Path, option: str = "--out") -> Path:
-    """Create the report folder ``path`` now (or fail with exit-2 advice); it must be a folder we can write in."""
+def _special_entries(folder: Path, files: Iterable[str] | None) -> list[tuple[Path, str]]:
+    """Entries of ``folder`` a writer would block on: the named ``files``, or every entry when None."""
+    if files is None:
+        try:
+            names = sorted(entry.name for entry in os.scandir(folder))
+        except OSError:
+            return []
+    else:
+        names = list(files)
+    found = []
+    for name in names:
+        kind = _special_kind(folder / name)
+        if kind is None and files is not None and (folder / name).is_dir():
+            kind = "a folder"
+        if kind is not None:
+            found.append((folder / name, kind))
+    return found
+
+
+def check_out_dir(path: str | Path, option: str = "--out", files: Iterable[str] | None = None) -> Path:
+    """Create the report folder ``path`` now (or fail with exit-2 advice); it must be a folder we can write in.
+
+    When the folder exists, what will be written in it is checked too: ``files``
+    (the names the command writes) must not be a FIFO, a device, a socket or a
+    folder. Without ``files`` every entry in the folder is checked for being a
+    FIFO, a device or a socket, since the caller did not say which it overwrites.
+    """
     path = Path(path)
+    kind = _special_kind(path)
+    if kind is not None:
+        raise InvalidArgument(f"{option} {path}: this is {kind}, not a folder; give a folder path")
     if path.exists() and not path.is_dir():
         raise InvalidArgument(f"{option} {path}: this is an existing file, not a folder; give a folder path")
     base = _first_existing(path)
@@ -44,13 +100,31 @@ def check_out_dir(path: str | Path, option: str = "--out") -> Path:
         raise InvalidArgument(
             f"{option} {path}: {base} is a file, so no folder can be made under it; give a folder path"
         )
+    if path.is_dir():
+        special = _special_entries(path, files)
+        if special:
+            where, what = special[0]
+            raise InvalidArgument(
+                f"{option} {path}: {where} is {what}, where a report file would be written; "
+                "remove it or give another folder"
+            )
     _probe_write(path, option, path)
     return path
 
 
 def check_out_file(path: str | Path, option: str) -> Path:
-    """Check that file ``path`` can be written (its folder is created now); an existing folder is refused."""
+    """Check that file ``path`` can be written (its folder is created now).
+
+    An existing folder, FIFO, device or socket is refused: the writer would fail
+    after the run, block on the FIFO until something reads it, or write nowhere.
+    """
     path = Path(path)
+    kind = _special_kind(path)
+    if kind is not None:
+        raise InvalidArgument(
+            f"{option} {path}: this is {kind}, not a regular file; writing there could block or go nowhere; "
+            "give a file path"
+        )
     if path.is_dir():
         raise InvalidArgument(f"{option} {path}: this is a folder; give a file path such as {path / 'gates.xml'}")
     base = _first_existing(path.parent)

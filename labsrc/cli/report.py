@@ -18,7 +18,10 @@ from labsrc.datasets.lesson import fixtures_dir, lesson
 from labsrc.gate.config import LANES, MAX_REPETITIONS, GateConfig, load_gate_config
 from labsrc.errors import InvalidArgument
 from labsrc.gate.gates import GateRun, gate_retriever
+from labsrc.gate.generated import CASES_FILE
 from labsrc.reports.report import (
+    OUTPUT_FILE,
+    REPORT_FILES,
     recall_significance,
     significance_lines,
     write_report,
@@ -32,6 +35,8 @@ DEFAULT_OUT = Path("report")
 
 #: Findings printed under a failed gate; the reports hold all of them.
 _FINDINGS_SHOWN = 10
+#: Lines of a build's captured output printed (its last ones); ``--out`` writes it whole to retriever_output.txt.
+_OUTPUT_LINES = 20
 
 
 def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
@@ -62,6 +67,13 @@ def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
                 write(f"      {line}")
             if len(gate.findings) > _FINDINGS_SHOWN:
                 write(f"      ... and {len(gate.findings) - _FINDINGS_SHOWN} more (every one is in report.json and the JUnit XML)")
+    if run.probes is not None and run.probes.output:
+        write()
+        write("retriever output (what each build printed; not part of the verdict):")
+        for what, text in run.probes.output:
+            write(f"  --- build {what!r} ---")
+            for line in text.rstrip("\n").splitlines()[-_OUTPUT_LINES:]:
+                write(f"  | {line}")
     if run.latency is not None:
         write()
         p50, p95 = run.latency.p50_ms, run.latency.p95_ms
@@ -151,7 +163,7 @@ def lesson_config_path() -> Path:
 def run(args: argparse.Namespace) -> int:
     config = load_gate_config(args.config) if args.config else load_gate_config(lesson_config_path())
     config = apply_overrides(config, args)  # before the output folder is made: bad options leave nothing behind
-    out = check_out_dir(Path(args.out) if args.out else DEFAULT_OUT)
+    out = check_out_dir(Path(args.out) if args.out else DEFAULT_OUT, files=(*REPORT_FILES, CASES_FILE, OUTPUT_FILE))
     data = lesson()
     progress = make_progress(args.no_progress)
     factory, label = engine_factory(args, rrf_k=config.rrf_k, progress=progress)

@@ -6,6 +6,15 @@ budgets, paired significance tests, and the BEIR benchmark runner. Judging
 (the release gate) is :mod:`labsrc.gate`; reports are :mod:`labsrc.reports`.
 """
 
+from labsrc.evaluation.answers import (
+    ACCEPTED_SHAPES,
+    call_search,
+    CONTRACT_DOCS,
+    ID_KEYS,
+    read_pairs,
+    SCORE_KEYS,
+    ShapeError,
+)
 from labsrc.evaluation.beir_lanes import (
     BeirLanes,
     convex_run,
@@ -75,6 +84,7 @@ from labsrc.evaluation.subject import (
     Observation,
     observe,
     observe_request,
+    settle_contract,
     Request,
     Subject,
     subject_name,
@@ -83,6 +93,7 @@ from labsrc.evaluation.subject import (
 )
 
 __all__ = [
+    "ACCEPTED_SHAPES",
     "ALPHA_GRID",
     "AlphaSweep",
     "BEIR_LANES",
@@ -90,9 +101,11 @@ __all__ = [
     "BenchmarkResult",
     "BUDGET_STAGES",
     "build_subject",
+    "call_search",
     "check_permutations",
     "close_subject",
     "compare_lanes",
+    "CONTRACT_DOCS",
     "convex_run",
     "DEFAULT_ALPHA",
     "DEFAULT_PERMUTATIONS",
@@ -104,6 +117,7 @@ __all__ = [
     "Factory",
     "factory_name",
     "hit_at_k",
+    "ID_KEYS",
     "lane_comparison",
     "lane_significance",
     "LaneComparison",
@@ -117,12 +131,14 @@ __all__ = [
     "Observation",
     "observe",
     "observe_request",
+    "settle_contract",
     "paired_differences",
     "percentile_ms",
     "precision_at_k",
     "Progress",
     "randomization_test",
     "rank_run",
+    "read_pairs",
     "recall_at_k",
     "reciprocal_rank",
     "REPORT_METRICS",
@@ -131,6 +147,8 @@ __all__ = [
     "RETRIEVAL_BUDGET_MS",
     "rrf_run",
     "run_benchmark",
+    "SCORE_KEYS",
+    "ShapeError",
     "SIGNIFICANCE_METRIC",
     "SIGNIFICANCE_TEST",
     "SignificanceReport",

@@ -12,26 +12,35 @@ vectors). The object it returns needs one method,
 * a :class:`~labsrc.retriever.policy.RetrievalResult` (lanes and trace; the lab's
   retrievers, :class:`~labsrc.retriever.PolicyRetriever` and
   :class:`~labsrc.engines.postgres.PostgresRetriever`, are factories as they are), or
-* a sequence of ``(chunk_id, score)`` pairs, best first: the fused list only.
+* a sequence, best first, of ``(chunk_id, score)`` pairs, or of the shapes vector
+  stores and frameworks return (dicts with an id and a score, LangChain
+  ``Document`` objects, ``(Document, score)`` pairs, objects with ``.id`` and
+  ``.score`` such as Qdrant's ``ScoredPoint`` or LlamaIndex's ``NodeWithScore``):
+  the fused list only. Teams gate the retriever they run, so the gate reads what
+  it returns instead of asking for an adapter (:mod:`~labsrc.evaluation.answers`
+  reads it; the rules for readers are in ``docs/gating.md#what-search-may-return``).
+
+``search`` may be ``async def`` (or return any awaitable): the answer is awaited on
+one event loop per process, so an async retriever is judged as it runs.
 
 :func:`observe` turns either into an :class:`Observation`; a ``search`` that
 raises becomes an observation with ``error`` set, so one bad case does not stop
-the run. :func:`build_subject` calls a factory and turns anything it raises into a
+the run. An answer whose *shape* the gate cannot read sets ``contract`` too: that
+is the retriever's contract broken, the same for every search, not one bad answer.
+:func:`build_subject` calls a factory and turns anything it raises into a
 :class:`SubjectError` naming the user's own file and line.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import inspect
-import itertools
-import math
-import numbers
 import sys
 import sysconfig
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence, Sized
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from functools import partial
@@ -39,6 +48,7 @@ from types import FunctionType, MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from labsrc.errors import LabError
+from labsrc.evaluation.answers import ShapeError, call_search, read_pairs
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import Caller, PolicyChunk
 from labsrc.retriever.policy import RetrievalResult
@@ -56,6 +66,7 @@ __all__ = [
     "name_factory",
     "observe",
     "observe_request",
+    "settle_contract",
     "subject_name",
     "subject_versions",
 ]
@@ -206,14 +217,23 @@ class Observation:
     them, ``bm25`` and ``dense`` to ``(chunk_id, score)`` pairs, best first.
     ``trace`` is the result's trace without timings (``None`` for a pairs-only
     retriever). ``timings_ms`` holds the retriever's own stage timings, or, when
-    it reports none, the gate's wall clock around the call as ``request``.
+    it reports none, the gate's wall clock around the call (and its await) as ``request``.
     ``error`` is set, and every list empty, when ``search`` raised or broke the contract.
+
+    ``contract`` is set, with ``error``, only when the answer's *shape* is one the gate cannot
+    read (not a list of results, an item of an unknown kind, a dict with no id or score key, an
+    id that is not a str, a score that is not a number): one line naming what was returned, the
+    shapes the gate reads and the fix. Such a retriever breaks the same way on every search, so
+    the run can stop at the first one instead of failing every case. A search that raised, or
+    an answer with a bad *value* (a non-finite score, a repeated id, more than ``top_k``
+    results), leaves it ``None``: that is one answer's bug, judged like any failed case.
     """
 
     lanes: Mapping[str, tuple[tuple[str, float], ...]]
     trace: Mapping[str, Any] | None = None
     timings_ms: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     error: str | None = None
+    contract: str | None = None
 
     def __post_init__(self) -> None:
         lanes = {lane: tuple((str(i), float(s)) for i, s in pairs) for lane, pairs in self.lanes.items()}
@@ -243,54 +263,20 @@ def _accepts_query_kind(search: Callable[..., Any]) -> bool:
     return "query_kind" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
-def _pairs(out: Any, top_k: int) -> tuple[tuple[str, float], ...]:
-    """Validate a pairs-only answer: a sequence of ``(chunk_id, score)``, unique ids, finite scores, at most top_k.
-
-    Linear and bounded: at most ``top_k + 1`` items are read, so an endless iterator or a million pairs
-    cost no more than a legal answer, and repeated ids are found with a set.
-    """
-    if isinstance(out, (str, bytes, Mapping)) or not hasattr(out, "__iter__"):
-        raise TypeError(f"search returned {type(out).__name__}; expected a RetrievalResult or (chunk_id, score) pairs")
-    pairs: list[tuple[str, float]] = []
-    seen: set[str] = set()
-    for rank, item in enumerate(itertools.islice(out, top_k + 1), start=1):
-        if rank > top_k:
-            size = f"{len(out)} results" if isinstance(out, Sized) else "more results"
-            raise TypeError(f"search returned {size} for top_k={top_k}")
-        if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != 2:
-            raise TypeError(f"result {rank} is {_short(item)}; expected a (chunk_id, score) pair")
-        chunk_id, score = item
-        if isinstance(chunk_id, PolicyChunk):
-            chunk_id = chunk_id.chunk_id
-        if not isinstance(chunk_id, str):
-            raise TypeError(f"result {rank} has chunk_id {_short(chunk_id)} ({type(chunk_id).__name__}); expected a str")
-        if isinstance(score, bool) or not isinstance(score, numbers.Real) or not math.isfinite(float(score)):
-            raise TypeError(f"result {rank} ({chunk_id!r}) has score {_short(score)}; expected a finite number")
-        if chunk_id in seen:
-            raise TypeError(f"search returned the same chunk more than once: {chunk_id!r} again at rank {rank}")
-        seen.add(chunk_id)
-        pairs.append((chunk_id, float(score)))
-    return tuple(pairs)
-
-
-def _short(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def observe(
     subject: Subject, query: str, caller: Caller, on_date: dt.date, top_k: int, *, query_kind: str = "adhoc"
 ) -> Observation:
-    """Call ``subject.search`` once and record what it showed.
+    """Call ``subject.search`` once (awaiting it when it is async) and record what it showed.
 
     Whatever the subject raises becomes the observation's ``error`` (the case fails, the run goes on),
-    except a :class:`~labsrc.errors.LabError`: the lab's own refusal of bad input stops the run.
+    except a :class:`~labsrc.errors.LabError`: the lab's own refusal of bad input stops the run. An answer
+    of a shape the gate cannot read sets ``contract`` as well as ``error`` (see :class:`Observation`).
     """
     search = subject.search
     kwargs = {"query_kind": query_kind} if _accepts_query_kind(search) else {}
     start = time.perf_counter()
     try:
-        out = search(query, caller, on_date, top_k, **kwargs)
+        out = call_search(search, query, caller, on_date, top_k, **kwargs)
         elapsed = (time.perf_counter() - start) * 1000.0
         if isinstance(out, RetrievalResult):
             lanes = {
@@ -302,12 +288,14 @@ def observe(
                 if len(pairs) > top_k:
                     raise TypeError(f"the {lane} lane returned {len(pairs)} results for top_k={top_k}")
             return Observation(lanes, out.trace.to_dict(include_timings=False), out.trace.timings_ms)
-        return Observation({"hybrid": _pairs(out, top_k)}, None, {"request": elapsed})
+        return Observation({"hybrid": read_pairs(out, top_k)}, None, {"request": elapsed})
+    except ShapeError as exc:  # error reads as every other broken answer did ("TypeError: ..."); contract alone
+        return Observation({"hybrid": ()}, None, {}, error=f"TypeError: {exc}", contract=str(exc))
     except (KeyboardInterrupt, SystemExit, LabError):
         # The lab's own errors mean bad input (a query with no stored vector, a bad argument): the run
         # stops with that message and exit 2, as before. Anything else is the subject's failure.
         raise
-    except Exception as exc:
+    except (Exception, asyncio.CancelledError) as exc:  # an awaited search may end cancelled: its case's error
         return Observation({"hybrid": ()}, None, {}, error=describe_exception(exc))
 
 
@@ -325,3 +313,26 @@ class Request:
 def observe_request(subject: Subject, request: Request) -> Observation:
     """:func:`observe` for a :class:`Request`."""
     return observe(subject, request.query, request.caller, request.on_date, request.top_k, query_kind=request.query_kind)
+
+
+def settle_contract(ask: Callable[[Request], Observation], label: str) -> Callable[[Request], Observation]:
+    """``ask``, stopping the run at the first answer whose *shape* the gate cannot read.
+
+    The shape is the retriever's contract, the same for every search: a cascade of failing gates
+    would hide a one-line fix. Until the first answer the gate can read, an answer of a shape it
+    cannot read raises :class:`~labsrc.evaluation.subject.SubjectError` (``labsrc gate`` exits 2
+    with that one line); a search that raised settles nothing, and after a readable answer a bad
+    shape is one failed search, judged as any other.
+    """
+    settled = False
+
+    def asked(request: Request) -> Observation:
+        nonlocal settled
+        answer = ask(request)
+        if not settled:
+            if answer.contract:
+                raise SubjectError(f"{label}: {answer.contract}")
+            settled = not answer.error
+        return answer
+
+    return asked

@@ -17,7 +17,17 @@ from labsrc.gate.config import LANES, GateConfig
 from labsrc.evaluation.latency import LatencyReport
 from labsrc.evaluation.metrics import recall_at_k
 from labsrc.gate.outcomes import CaseOutcome, lane_recall
-from labsrc.gate.generated import GeneratedCheck, GeneratedFinding, probes_detail, shown
+from labsrc.gate.generated import GeneratedCheck, GeneratedFinding, shown
+from labsrc.gate.probe_rules import (
+    canary_gate,
+    comparison_name,
+    concurrency_gate,
+    generated_gate,
+    leftovers_gate,
+    no_answer,
+    repeat_gate,
+    untrusted_gate,
+)
 from labsrc.gate.probes import Probes
 from labsrc.gate.verdicts import GateResult, not_tested, plural
 from labsrc.records.cases import NEGATIVE_KINDS
@@ -75,6 +85,10 @@ GATE_TABLE: Mapping[str, tuple[str, str]] = MappingProxyType(
             "a caller, query or date no case asks about gets evidence it may not see, or other answers than a build "
             "over its permitted chunks",
         ),
+        "cleanup": (
+            "every process a build started, found through the worker's process tree when the build ends",
+            "the factory leaves processes running after its build (a helper in a new session, a daemon)",
+        ),
         "errors": ("every search call of the run", "the retriever raised instead of answering"),
         "latency": ("per-stage p50 and p95 budgets in ms", "a stage is too slow to ship"),
     }
@@ -119,7 +133,7 @@ def _boundary_gate(outcomes: Sequence[CaseOutcome], generated: GeneratedCheck | 
     answered = [o for o in outcomes if not o.error]
     generated_answered = generated.answered if generated is not None else 0
     if not answered and not generated_answered:
-        return GateResult(name, False, f"not tested: {_no_answer(len(outcomes), 'case')}, so no returned id could be checked",
+        return GateResult(name, False, f"not tested: {no_answer(len(outcomes), 'case')}, so no returned id could be checked",
                           family="boundary", tested=False)
     flagged = [o for o in outcomes if o.violations]
     leaks = generated.of_kind("boundary") if generated is not None else ()
@@ -144,40 +158,19 @@ def _boundary_gate(outcomes: Sequence[CaseOutcome], generated: GeneratedCheck | 
                       tuple(o.case.name for o in flagged), family="boundary", findings=findings)
 
 
-def _no_answer(count: int, noun: str) -> str:
-    """``every search of the 3 cases raised or timed out``: why a gate has no evidence behind it."""
-    return f"every search of the {plural(count, noun)} raised, timed out or broke the contract"
-
-
-def _generated_gate(check: GeneratedCheck) -> GateResult:
-    name = "generated probes"
-    if check.asked and not check.answered:
-        return GateResult(name, False, f"not tested: {check.plan.coverage()}: {_no_answer(check.asked, 'generated request')}",
-                          family="generated", tested=False, findings=check.errors[:5])
-    if not check.asked:
-        return GateResult(name, True, f"{check.plan.coverage()}: nothing to generate", family="generated",
-                          tested=False)
-    return GateResult(name, not check.findings, probes_detail(check), family="generated",
-                      findings=shown(check.findings))
-
-
-def _comparison_name(kind: str) -> str:
-    return {"rebuild": "noninterference by rebuild", "bait": "noninterference by bait"}[kind]
-
-
 def _comparison_gate(outcomes: Sequence[CaseOutcome], kind: str, mode: str,
                      generated: Sequence[GeneratedFinding] = (), generated_compared: int = 0) -> GateResult:
     every = [(o, getattr(o, kind)) for o in outcomes if getattr(o, kind) is not None]
     compared = [(o, c) for o, c in every if c.compared]
     skipped = len(every) - len(compared)
     if not compared:
-        return GateResult(_comparison_name(kind), False,
+        return GateResult(comparison_name(kind), False,
                           f"not compared: the ids of all {plural(skipped, 'case')} differ between two builds of the "
                           "same chunks, so no difference could be told from noise (see 'repeatable builds')",
                           family=kind, tested=False)
     if all(o.error for o, _ in compared) and not generated:  # the case's own search never answered
-        return GateResult(_comparison_name(kind), False,
-                          f"not tested: {_no_answer(len(compared), 'case')} on one of the two builds, so nothing was compared: "
+        return GateResult(comparison_name(kind), False,
+                          f"not tested: {no_answer(len(compared), 'case')} on one of the two builds, so nothing was compared: "
                           f"{compared[0][1].describe()}", family=kind, tested=False)
     differing = [(o, c) for o, c in compared if c.differs]
     findings = tuple(f"case {o.case.name!r}: {c.describe()}" for o, c in differing)
@@ -198,76 +191,6 @@ def _comparison_gate(outcomes: Sequence[CaseOutcome], kind: str, mode: str,
         detail += f"; {plural(generated_compared, 'generated request')}: {len(generated)} differ"
     return GateResult(name, not differing and not generated, detail, tuple(o.case.name for o, _ in differing),
                       family=kind, findings=findings)
-
-
-def _canary_gate(probes: Probes) -> GateResult:
-    name = "factory indexes what it is handed"
-    canary = probes.canary
-    if canary is None:
-        return GateResult(name, False, "no case's caller holds an ACL tag, so no permitted canary could be made; "
-                          "the comparisons across builds cannot be trusted", family="canary", tested=False)
-    withheld = ("no chunk withheld (no case returned a permitted chunk)" if canary.withheld is None
-                else f"{canary.withheld!r} withheld")
-    detail = f"canary {canary.canary_id!r} for {canary.caller!r} on {canary.on_date}; {withheld}"
-    if canary.passed:
-        detail += ": the canary came back for its own text" + ("" if canary.withheld is None else ", the withheld chunk did not")
-    if canary.error is not None:  # no answer behind it: neither PASS nor a finding about indexing
-        return GateResult(name, False, f"not tested: {detail}: {canary.error}", family="canary", tested=False,
-                          findings=canary.findings())
-    return GateResult(name, canary.passed, detail, family="canary", findings=canary.findings())
-
-
-def _untrusted_gate(kind: str, probes: Probes) -> GateResult:
-    """A rebuild or bait gate whose comparison was not made: the factory failed the canary."""
-    return GateResult(_comparison_name(kind), False,
-                      "not compared: the factory does not index what it is handed (see 'factory indexes what it is "
-                      "handed'), so builds over other chunks prove nothing", family=kind, tested=False)
-
-
-def _repeat_gate(probes: Probes, mode: str) -> GateResult:
-    name = "repeatable builds"
-    repeat = probes.repeat
-    assert repeat is not None
-    if repeat.error is not None:
-        return GateResult(name, False, f"the second build failed: {repeat.error}", family="repeat", tested=False,
-                          findings=(repeat.error,))
-    if repeat.compared == 0:
-        return GateResult(name, False, "no case answered on both builds, so nothing could be compared",
-                          family="repeat", tested=False)
-    detail = f"{plural(repeat.compared, 'case')} on two builds of the same chunks"
-    findings = tuple(f"case {c!r}: not reproducible: {what}" for c, what in repeat.ids_differ)
-    if repeat.ids_differ:
-        detail += (f": {len(repeat.ids_differ)} give other ids or order; those cases are not compared by the "
-                   "rebuild and bait gates")
-    if repeat.scores_differ:
-        detail += (f"{';' if repeat.ids_differ else ':'} scores of {plural(len(repeat.scores_differ), 'case')} differ "
-                   f"by up to {repeat.largest:.6g}, so the rebuild and bait gates compared ids and order only")
-        if mode == "exact":
-            findings += (f"scores are not reproducible (up to {repeat.largest:.6g} in {', '.join(repeat.scores_differ)}); "
-                         "if that is expected (an approximate index), set noninterference to 'ids'",)
-    if not repeat.ids_differ and not repeat.scores_differ:
-        detail += ": the same ids, order and scores"
-    passed = not repeat.ids_differ and (mode == "ids" or not repeat.scores_differ)
-    failing = tuple(c for c, _ in repeat.ids_differ) + (repeat.scores_differ if mode == "exact" else ())
-    return GateResult(name, passed, detail, failing, family="repeat", findings=findings)
-
-
-def _concurrency_gate(outcomes: Sequence[CaseOutcome], probes: Probes) -> GateResult:
-    name = "same answers under concurrent requests"
-    check = probes.concurrency
-    assert check is not None
-    what = (f"{plural(check.requests, 'request')} ({check.rounds} rounds of every case) from {check.threads} threads "
-            "at once, callers interleaved")
-    if check.requests == 0:
-        return GateResult(name, False, "no case answered when replayed alone, so none could be replayed at once",
-                          family="concurrency", tested=False)
-    if check.error is not None:
-        return GateResult(name, False, f"{what}: {check.error}", family="concurrency", findings=(check.error,))
-    differing = [o for o in outcomes if o.concurrency is not None and o.concurrency.differs]
-    detail = f"{what}: {len(differing)} of {plural(sum(o.concurrency is not None for o in outcomes), 'case')} differ from the case alone"
-    findings = tuple(f"case {o.case.name!r}: {o.concurrency.describe()}" for o in differing)  # type: ignore[union-attr]
-    return GateResult(name, not differing, detail, tuple(o.case.name for o in differing), family="concurrency",
-                      findings=findings)
 
 
 def evaluate_gates(
@@ -297,7 +220,7 @@ def evaluate_gates(
     fused_only = "the retriever returns only its fused list, so its lanes cannot be measured"
 
     answered_positives = [o for o in positives if not o.error]
-    no_positive_answer = (f"not tested: {_no_answer(len(positives), 'positive case')}, so no recall was measured "
+    no_positive_answer = (f"not tested: {no_answer(len(positives), 'positive case')}, so no recall was measured "
                           "(see 'search errors')")
     for lane in LANES:
         name = f"recall@{k} {lane}"
@@ -351,7 +274,7 @@ def evaluate_gates(
             continue
         answered = [o for o in group if not o.error]
         if not answered:
-            results.append(GateResult(f"{kind} exclusion", False, f"not tested: {_no_answer(len(group), 'case')}, "
+            results.append(GateResult(f"{kind} exclusion", False, f"not tested: {no_answer(len(group), 'case')}, "
                                       "so no exclusion was shown (see 'search errors')", family=kind, tested=False))
             continue
         leaks = tuple(o.case.name for o in group if o.leaked())
@@ -365,7 +288,7 @@ def evaluate_gates(
     if not absent:
         results.append(not_tested("abstention", "abstention", "absent cases", config))
     elif all(o.error for o in absent):
-        results.append(GateResult("abstention", False, f"not tested: {_no_answer(len(absent), 'absent case')} "
+        results.append(GateResult("abstention", False, f"not tested: {no_answer(len(absent), 'absent case')} "
                                   "(see 'search errors')", family="abstention", tested=False))
     else:
         overreach = tuple(o.case.name for o in absent if o.overreach())
@@ -382,23 +305,25 @@ def evaluate_gates(
         results.append(_boundary_gate(outcomes, generated))
     mode = config.noninterference
     if probes is not None and probes.noninterference:
-        results.append(_canary_gate(probes))
+        results.append(canary_gate(probes))
         if probes.repeat is not None:
-            results.append(_repeat_gate(probes, config.noninterference))
+            results.append(repeat_gate(probes, config.noninterference))
             if probes.repeat.scores_differ:
                 mode = "ids"
     trusted = probes is None or not probes.noninterference or (probes.canary is not None and probes.canary.passed)
     for kind in ("rebuild", "bait"):
         if not trusted:
-            results.append(_untrusted_gate(kind, probes))  # type: ignore[arg-type]
+            results.append(untrusted_gate(kind, probes))  # type: ignore[arg-type]
         elif any(getattr(o, kind) is not None for o in outcomes):
             extra = generated.of_kind(kind) if generated is not None else ()
             compared = generated.compared if generated is not None and kind == "rebuild" else 0
             results.append(_comparison_gate(outcomes, kind, mode, extra, compared))
     if probes is not None and probes.concurrency is not None:
-        results.append(_concurrency_gate(outcomes, probes))
+        results.append(concurrency_gate(outcomes, probes))
     if generated is not None:
-        results.append(_generated_gate(generated))
+        results.append(generated_gate(generated))
+    if probes is not None:
+        results.append(leftovers_gate(probes))
     raised = [o for o in outcomes if o.error]
     if raised:
         results.append(GateResult(
@@ -410,6 +335,6 @@ def evaluate_gates(
     if latency is not None:
         results.append(_latency_gate(latency, config, stages_reported=lanes_reported))
     elif timed and outcomes:
-        results.append(GateResult("latency p50/p95", False, f"not tested: {_no_answer(len(outcomes), 'case')}, "
+        results.append(GateResult("latency p50/p95", False, f"not tested: {no_answer(len(outcomes), 'case')}, "
                                   "so nothing was timed", family="latency", tested=False))
     return results

@@ -34,6 +34,7 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from labsrc.errors import InvalidArgument
+from labsrc.gate import reaping
 from labsrc.gate.config import GateConfig
 from labsrc.gate.gate_rules import GATE_TABLE, evaluate_gates
 from labsrc.evaluation.latency import LatencyReport, Progress, measure_latency
@@ -64,6 +65,7 @@ from labsrc.evaluation.subject import (
     Subject,
     factory_name,
     observe_request,
+    settle_contract,
     subject_versions,
 )
 from labsrc.gate.verdicts import GateResult
@@ -160,7 +162,8 @@ def _judge(
     measure: bool,
     progress: Progress | None,
 ) -> tuple[list[CaseOutcome], list[Observation], LatencyReport | None]:
-    """Replay every case (and time them, with ``measure``) through ``ask``."""
+    """Replay every case (and time them, with ``measure``) through ``ask``, its contract settled first."""
+    ask = settle_contract(ask, label)
     pairs = replay_cases(ask, cases, callers, date, config.top_k, chunk_lookup(stored), versions, progress)
     latency = None
     # A case that raised or timed out has failed already; timing it again would only wait for it again.
@@ -282,6 +285,24 @@ def gate_retriever(
 
         run = gate_retriever(PolicyRetriever, data.chunks, data.callers, data.cases, data.vectors)
     """
+    with reaping.keep_watchdog():  # one watchdog for the run's builds, gone when the run ends
+        return _gate_retriever(factory, chunks, callers, cases, vectors, config, on_date=on_date, measure=measure,
+                               progress=progress, label=label)
+
+
+def _gate_retriever(
+    factory: Factory,
+    chunks: Sequence[PolicyChunk],
+    callers: Mapping[str, Caller] | Sequence[Caller],
+    cases: Sequence[Case],
+    vectors: DenseSource | Encoder | None,
+    config: GateConfig | None,
+    *,
+    on_date: dt.date | None,
+    measure: bool,
+    progress: Progress | None,
+    label: str | None,
+) -> GateRun:
     config = config or GateConfig()
     _check_cases(cases)
     if vectors is not None and not isinstance(vectors, DenseSource):
@@ -357,6 +378,8 @@ def gate_retriever(
         generated = judge_generated(plan, generated_answers, chunk_lookup(stored), callers,  # type: ignore[arg-type]
                                     rebuilt=rebuilt, mode=mode or "exact", not_compared=_why_not_compared(
                                         config, canary, repeat))
+    leftovers, output = builder.aftermath()
     probes = Probes(canary=canary, repeat=repeat, concurrency=concurrency, builds=builds, restarts=restarts,
-                    noninterference=config.noninterference != "off", generated=generated)
+                    noninterference=config.noninterference != "off", generated=generated,
+                    leftovers=leftovers if reaping.SUPPORTED else None, output=output)
     return _run(config, date, outcomes, latency, versions, dense_model, label, mode, probes, timed=measure)

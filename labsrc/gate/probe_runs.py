@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from labsrc.boundary import block_reasons, permitted_chunks
 from labsrc.gate.bait import BaitVectors, bait_chunks
@@ -63,17 +63,40 @@ def case_groups(cases: Sequence[Case], callers: Mapping[str, Caller], on_date: d
 
 @dataclass(frozen=True)
 class Builder:
-    """How the gate builds: the factory, in a fresh worker process per build, with the config's clocks."""
+    """How the gate builds: the factory, in a fresh worker process per build, with the config's clocks.
+
+    ``made`` keeps every build (or the error of one that failed), so that once they are closed the
+    run can say what each printed and which processes it left running (:meth:`aftermath`).
+    """
 
     factory: Factory
     vectors: DenseSource | None
     config: GateConfig
+    made: list[tuple[str, IsolatedBuild | SubjectError]] = field(default_factory=list, compare=False, repr=False)
 
     def build(self, chunks: Sequence[PolicyChunk], what: str, vectors: DenseSource | None | str = "same") -> IsolatedBuild:
-        return IsolatedBuild(
-            self.factory, chunks, self.vectors if vectors == "same" else vectors, what=what,  # type: ignore[arg-type]
-            build_timeout_s=self.config.build_timeout_s, search_timeout_s=self.config.search_timeout_s,
-        )
+        try:
+            build = IsolatedBuild(
+                self.factory, chunks, self.vectors if vectors == "same" else vectors, what=what,  # type: ignore[arg-type]
+                build_timeout_s=self.config.build_timeout_s, search_timeout_s=self.config.search_timeout_s,
+            )
+        except SubjectError as exc:
+            self.made.append((what, exc))
+            raise
+        self.made.append((what, build))
+        return build
+
+    def aftermath(self) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+        """``(leftovers, output)`` of every closed build: each process a build left running, as
+        ``"build 'what': pid 1234 `cmd`"``, and ``(what, text)`` for each build that printed something."""
+        leftovers: list[str] = []
+        output: list[tuple[str, str]] = []
+        for what, build in self.made:
+            leftovers += [f"build {what!r}: {pid}" for pid in getattr(build, "leftovers", ())]
+            text = getattr(build, "output", "") or ""
+            if text.strip():
+                output.append((what, text))
+        return tuple(leftovers), tuple(output)
 
 
 def case_request(case: Case, callers: Mapping[str, Caller], on_date: dt.date, top_k: int) -> Request:

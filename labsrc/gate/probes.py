@@ -289,7 +289,9 @@ class Probes:
     """What the probes of a factory's gate run found: the input of the canary, repeat and concurrency gates.
 
     ``canary`` is ``None`` when no case's caller holds a tag (no permitted canary can be made) or
-    noninterference is off; ``generated`` holds what the generated probes found; ``builds`` counts the builds the run made (each in its own worker
+    noninterference is off; ``generated`` holds what the generated probes found; ``leftovers`` the
+    processes builds left running (the gate killed them; ``None`` where they cannot be found, without
+    ``/proc``), ``output`` what each build printed (never mixed into the verdict lines); ``builds`` counts the builds the run made (each in its own worker
     process) and ``restarts`` the builds made again after a search timed out.
     """
 
@@ -300,6 +302,8 @@ class Probes:
     restarts: int = 0
     noninterference: bool = True
     generated: GeneratedCheck | None = None
+    leftovers: tuple[str, ...] | None = ()
+    output: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -309,4 +313,6 @@ class Probes:
             "generated": None if self.generated is None else self.generated.to_dict(),
             "builds": self.builds,
             "restarts": self.restarts,
+            "leftovers": None if self.leftovers is None else list(self.leftovers),
+            "printed": [what for what, _ in self.output],
         }

@@ -2,11 +2,16 @@
 
 :class:`~labsrc.gate.workers.IsolatedBuild` forks a process that runs
 :func:`run_worker` and nothing else. It puts itself in a process group of its
-own, ignores the terminal's Ctrl-C, points ``TMPDIR`` at a folder the gate
-removes, calls the factory, and serves ``search``, ``concurrently``, ``versions``
-and ``close`` requests until the pipe closes. Whatever user code raises, even
-``SystemExit``, becomes the answer's error; the process always ends in
-``os._exit``, so neither ``atexit`` handlers nor non-daemon threads keep it alive.
+own, becomes a child subreaper that dies with the gate (Linux,
+:func:`~labsrc.gate.reaping.protect_worker`), ignores the terminal's Ctrl-C,
+points ``TMPDIR`` at a folder the gate removes, sends its stdout and stderr to
+the build's capture file, calls the factory, and serves ``search``,
+``concurrently``, ``versions`` and ``close`` requests until the pipe closes.
+Whatever user code raises, even ``SystemExit``, becomes the answer's error. It
+never ends by itself while the gate lives: it waits for the gate to stop and
+kill it, so that what it started is still in its tree when the gate looks
+(:func:`~labsrc.gate.reaping.contain`). It always ends in ``os._exit``, so
+neither ``atexit`` handlers nor non-daemon threads keep it alive.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from labsrc.evaluation.subject import (
     observe_request,
     subject_versions,
 )
+from labsrc.gate import reaping
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import PolicyChunk
 
@@ -37,15 +43,20 @@ __all__ = ["plain_observation", "run_worker", "unplain_observation"]
 
 
 def plain_observation(observation: Observation) -> tuple[Any, ...]:
-    """An observation as plain tuples and dicts (mapping proxies do not pickle)."""
+    """An observation as plain tuples and dicts (mapping proxies do not pickle).
+
+    ``(lanes, trace, timings_ms, error, contract)``: new fields are appended, never inserted, so the order
+    read by :func:`unplain_observation` stays the one every earlier field was written in.
+    """
     lanes = {lane: tuple(pairs) for lane, pairs in observation.lanes.items()}
     trace = None if observation.trace is None else dict(observation.trace)
-    return lanes, trace, dict(observation.timings_ms), observation.error
+    return lanes, trace, dict(observation.timings_ms), observation.error, observation.contract
 
 
 def unplain_observation(data: tuple[Any, ...]) -> Observation:
-    lanes, trace, timings, error = data
-    return Observation(lanes, trace, timings, error=error)
+    """The observation :func:`plain_observation` sent; a tuple without ``contract`` (four fields) reads as None."""
+    lanes, trace, timings, error, *rest = data
+    return Observation(lanes, trace, timings, error=error, contract=rest[0] if rest else None)
 
 
 def _observe_contained(subject: Any, request: Request) -> Observation:
@@ -93,6 +104,17 @@ def _concurrently(subject: Any, requests: Sequence[Request], threads: int, send:
     return results
 
 
+def _flush() -> None:
+    """Push what user code printed into the capture file: the worker is killed, never left to exit and flush."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except BaseException:  # a stream user code replaced or closed: its output is its own business
+            pass
+    reaping.flush_c_streams()
+
+
 def _serve(conn: Connection, factory: Factory, chunks: tuple[PolicyChunk, ...], vectors: DenseSource | None) -> None:
     lock = threading.Lock()
 
@@ -100,18 +122,23 @@ def _serve(conn: Connection, factory: Factory, chunks: tuple[PolicyChunk, ...], 
         with lock:
             conn.send(message)
 
+    def reply(message: Any) -> None:
+        _flush()
+        send(message)
+
     try:
         subject = factory(chunks, vectors)
     except BaseException as exc:
-        send(("build_error", describe_exception(exc)))
+        reply(("build_error", describe_exception(exc)))
         return
     if not callable(getattr(subject, "search", None)):
-        send(("build_error", f"returned {type(subject).__name__}, which has no search(query, caller, on_date, top_k) method"))
+        kind = type(subject).__name__
+        reply(("build_error", f"returned {kind}, which has no search(query, caller, on_date, top_k) method"))
         return
     rrf_k = getattr(subject, "rrf_k", None)
     source = getattr(subject, "vectors", None) or vectors
     model = dict(getattr(source, "model", None) or {})
-    send(("built", {"rrf_k": None if rrf_k is None else float(rrf_k), "dense_model": model}))
+    reply(("built", {"rrf_k": None if rrf_k is None else float(rrf_k), "dense_model": model}))
     while True:
         try:
             op, payload = conn.recv()
@@ -119,42 +146,97 @@ def _serve(conn: Connection, factory: Factory, chunks: tuple[PolicyChunk, ...], 
             return
         try:
             if op == "search":
-                send(("result", plain_observation(_observe_contained(subject, payload))))
+                reply(("result", plain_observation(_observe_contained(subject, payload))))
             elif op == "concurrently":
                 requests, threads = payload
-                send(("result", _concurrently(subject, requests, threads, send)))
+                reply(("result", _concurrently(subject, requests, threads, send)))
             elif op == "versions":
                 on_date, fallback = payload
-                send(("result", subject_versions(subject, on_date, fallback)))
+                reply(("result", subject_versions(subject, on_date, fallback)))
             elif op == "close":
                 close_subject(subject)
-                send(("closed", None))
+                reply(("closed", None))
                 return
         except LabError as exc:
-            send(("lab_error", (type(exc).__name__, str(exc))))
+            reply(("lab_error", (type(exc).__name__, str(exc))))
+
+
+def _capture_output(output_fd: int | None) -> None:
+    """fd 1 and 2 (and ``sys.stdout``/``sys.stderr``) into the build's capture file; stdin from /dev/null.
+
+    Without a capture file, the old way: Jupyter's streams belong to the
+    kernel's process, so the worker writes to the real ones when there are any.
+    With one, ``sys.__stdout__`` is never needed: a notebook started without
+    standard streams (``None``) works the same.
+    """
+    if output_fd is None:
+        sys.stdout = sys.__stdout__ or sys.stdout
+        sys.stderr = sys.__stderr__ or sys.stderr
+        return
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # a retriever that reads stdin gets EOF, not the gate's terminal
+    if null != 0:
+        os.close(null)
+    os.dup2(output_fd, 1)
+    os.dup2(output_fd, 2)
+    if output_fd not in (0, 1, 2):
+        os.close(output_fd)
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+
+
+def _await_end(conn: Connection) -> None:
+    """Wait for the gate to kill us (or for the pipe to close): ending now would orphan what the factory started."""
+    while True:
+        try:
+            conn.recv()
+        except BaseException:  # EOFError: the gate is gone or done with us
+            return
 
 
 def run_worker(conn: Connection, parent_end: Connection, factory: Factory, chunks: tuple[PolicyChunk, ...],
-           vectors: DenseSource | None, tmp: str) -> None:
-    """The worker process's whole life; it always ends in ``os._exit`` (no atexit, no thread joins)."""
+               vectors: DenseSource | None, tmp: str, *, gate_pid: int | None = None, output_fd: int | None = None,
+               close_fds: Sequence[int] = (), token: str | None = None) -> None:
+    """The worker process's whole life; it always ends in ``os._exit`` (no atexit, no thread joins).
+
+    ``gate_pid`` is the process that forked it (to die with it), ``output_fd``
+    the build's capture file for stdout and stderr, ``close_fds`` the gate's
+    descriptors no worker may hold (the watchdog's pipe, other builds' capture
+    files), and ``token`` goes in the environment of everything it starts
+    (:data:`~labsrc.gate.reaping.TOKEN_VARIABLE`).
+    """
     code = 0
+    started = False
     try:
         parent_end.close()
+        for fd in close_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         os.setpgid(0, 0)  # its own process group: close() kills whatever the factory started
+        if gate_pid is not None:
+            reaping.protect_worker(gate_pid)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gate's to handle
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.environ["TMPDIR"] = tmp
         tempfile.tempdir = tmp
-        # Jupyter's streams belong to the kernel's process; the worker writes to the real ones.
-        sys.stdout = sys.__stdout__ or sys.stdout
-        sys.stderr = sys.__stderr__ or sys.stderr
+        if token is not None:
+            os.environ[reaping.TOKEN_VARIABLE] = token
+        _capture_output(output_fd)
+        started = True
         _serve(conn, factory, chunks, vectors)
-    except BaseException:
+    except BaseException as exc:
         code = 1
+        if not started:  # the gate waits for the build's first answer: it must not wait for its clock
+            try:
+                conn.send(("build_error", f"the worker process could not start: {describe_exception(exc)}"))
+            except BaseException:
+                pass
     finally:
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except BaseException:
-            pass
-        os._exit(code)
+            _flush()
+            if gate_pid is not None:
+                _await_end(conn)
+        finally:
+            os._exit(code)

@@ -20,11 +20,22 @@ process, forked from the gate before any build ran there:
   failure of that build or that search, never the end of the gate's process;
 * the worker runs in its own process group with its own temporary folder, and
   :meth:`IsolatedBuild.close` kills the group (threads the factory started,
-  processes it spawned) and removes the folder: nothing is left behind.
+  processes it spawned) and removes the folder: nothing is left behind;
+* on Linux the worker is a child subreaper that dies with the gate, so a process
+  the factory started in a session of its own or by a double fork stays in its
+  tree: when the build ends it is found, killed and named in
+  :attr:`IsolatedBuild.leftovers` (:mod:`~labsrc.gate.reaping`), and while a
+  build is alive a watchdog resumes the gate if anything stops it;
+* what the retriever prints (fd 1 and 2, its child processes' too) goes to a
+  capture file of the build's (:mod:`~labsrc.gate.capture`), never into the
+  gate's verdict lines; the gate reads it when the build ends
+  (:attr:`IsolatedBuild.output`) and nothing of it stays on disk.
 
 Workers are forked (POSIX ``fork``), so a factory needs no pickling: a closure,
 a notebook's function or a bound method works. Platforms without ``fork`` are
-refused with a clear error.
+refused with a clear error. Without Linux's ``/proc`` and ``prctl`` (macOS) the
+worker's process group is killed as before, ``leftovers`` stays empty and no
+watchdog runs; the capture of the output works on every platform.
 """
 
 from __future__ import annotations
@@ -43,6 +54,8 @@ from typing import Any
 
 from labsrc import errors
 from labsrc.errors import LabError
+from labsrc.gate import reaping
+from labsrc.gate.capture import OUTPUT_LIMIT_BYTES, capture_file, read_capture
 from labsrc.gate.config import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_SEARCH_TIMEOUT_S, check_timeout
 from labsrc.evaluation.subject import Factory, Observation, Request, SubjectError, subject_name
 from labsrc.gate.worker_loop import run_worker, unplain_observation
@@ -51,6 +64,7 @@ from labsrc.records.policy import PolicyChunk
 
 __all__ = [
     "IsolatedBuild",
+    "OUTPUT_LIMIT_BYTES",
     "live_workers",
 ]
 
@@ -63,7 +77,8 @@ _LIVE: weakref.WeakSet[IsolatedBuild] = weakref.WeakSet()
 
 def live_workers() -> int:
     """How many worker processes are running now (tests check that none outlive a run)."""
-    return sum(1 for build in list(_LIVE) if build.alive)
+    me = os.getpid()
+    return sum(1 for build in list(_LIVE) if build.alive and build._owner == me)
 
 
 def _lab_error(name: str, message: str) -> LabError:
@@ -83,6 +98,15 @@ class IsolatedBuild:
     longer than ``search_timeout_s`` gives "timed out after N s", and the worker is
     killed; the next call builds again in a fresh worker (``restarts`` counts them).
     The lab's own :class:`~labsrc.errors.LabError` (bad input) is raised again here.
+
+    When a worker ends (:meth:`close`, or a kill after a timeout), two things
+    are kept, over every restart: :attr:`leftovers`, the processes the factory
+    or retriever started outside the worker's process group that were still
+    running (``pid NNN `cmdline```; each was killed), and :attr:`output`, what
+    the retriever printed to stdout and stderr (the last 64 KiB of each worker;
+    each restart's part starts with a ``--- restart N ---`` line). A build that
+    fails raises a :class:`~labsrc.evaluation.subject.SubjectError` carrying the
+    same two as its ``output`` and ``leftovers`` attributes.
     """
 
     def __init__(
@@ -96,7 +120,9 @@ class IsolatedBuild:
         search_timeout_s: float = DEFAULT_SEARCH_TIMEOUT_S,
     ) -> None:
         if not callable(factory):
-            raise SubjectError(f"the factory must be callable as factory(chunks, vectors), not {type(factory).__name__}")
+            raise SubjectError(
+                f"the factory must be callable as factory(chunks, vectors), not {type(factory).__name__}"
+            )
         if not hasattr(os, "fork"):
             raise SubjectError("the gate builds each retriever in a forked worker process; this platform has no fork()")
         self.factory = factory
@@ -107,9 +133,13 @@ class IsolatedBuild:
         self.search_timeout_s = check_timeout(search_timeout_s, "search_timeout_s")
         self.restarts = 0
         self.info: Mapping[str, Any] = {}
+        self.leftovers: tuple[str, ...] = ()
+        self._outputs: list[str] = []
         self._pid: int | None = None
         self._conn: Connection | None = None
         self._tmp: str | None = None
+        self._capture: int | None = None
+        self._owner = os.getpid()  # a copy of this object in a forked child must not touch the worker
         self._broken: str | None = None  # why a restart failed: every later search reports it
         _LIVE.add(self)
         self._start()
@@ -119,38 +149,72 @@ class IsolatedBuild:
     def alive(self) -> bool:
         return self._pid is not None
 
+    @property
+    def output(self) -> str:
+        """What the retriever printed (stdout and stderr, in the order written) in every worker that ended."""
+        return "".join(self._outputs)
+
     def _start(self) -> None:
         self._tmp = tempfile.mkdtemp(prefix="labsrc-gate-")
+        self._capture = capture_file()
+        reaping.preload()
+        gate = os.getpid()
         parent_end, child_end = Pipe(duplex=True)
+        reaping.WATCHDOG.acquire()
+        # Descriptors of the gate's no worker may keep: the watchdog's pipe (a worker holding it would hide the
+        # gate's death from the watchdog) and the capture files of the other builds this process has alive.
+        others = [b._capture for b in list(_LIVE) if b is not self and b._owner == gate and b._capture is not None]
+        private = (*reaping.WATCHDOG.fds, *others)
         with warnings.catch_warnings():
             # Python 3.12+ warns that fork() in a threaded process may deadlock the child; the child
             # touches no lock the parent's threads hold before it runs the factory, and it is on a clock.
             warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except BaseException:
+                reaping.WATCHDOG.release()
+                os.close(self._capture)
+                self._capture = None
+                parent_end.close()
+                child_end.close()
+                raise
         if pid == 0:  # the worker
-            run_worker(child_end, parent_end, self.factory, self.chunks, self.vectors, self._tmp)
+            run_worker(child_end, parent_end, self.factory, self.chunks, self.vectors, self._tmp, gate_pid=gate,
+                       output_fd=self._capture, close_fds=private, token=reaping.worker_token(gate, os.getpid()))
         child_end.close()
         self._pid, self._conn = pid, parent_end
         try:
             os.setpgid(pid, pid)  # also set by the child: no window in which a kill misses the group
         except OSError:
             pass
+        reaping.WATCHDOG.tell_started(pid)
         name = subject_name(self.factory)
         try:
             kind, payload = self._receive(self.build_timeout_s)
         except TimeoutError:
             self._kill()
-            raise SubjectError(
+            raise self._failed(
                 f"{name} did not finish building ({self.what}, {len(self.chunks)} chunks) within "
                 f"{self.build_timeout_s:g} s (build_timeout_s)"
             ) from None
         except EOFError:
             status = self._kill()
-            raise SubjectError(f"{name}'s worker process ended while building ({self.what}){status}") from None
+            raise self._failed(f"{name}'s worker process ended while building ({self.what}){status}") from None
         if kind == "build_error":
             self._kill()
-            raise SubjectError(f"{name} raised while building ({self.what}, {len(self.chunks)} chunks): {payload}")
+            raise self._failed(f"{name} raised while building ({self.what}, {len(self.chunks)} chunks): {payload}")
         self.info = payload
+
+    def _failed(self, message: str) -> SubjectError:
+        """The build's error, carrying what its workers printed and left (``output``, ``leftovers``).
+
+        A build that fails in ``__init__`` returns no object to read them from,
+        and what a factory printed before it raised is often the reason.
+        """
+        error = SubjectError(message)
+        error.output = self.output  # type: ignore[attr-defined]
+        error.leftovers = self.leftovers  # type: ignore[attr-defined]
+        return error
 
     def _receive(self, timeout: float, on_progress: Callable[[], None] | None = None) -> tuple[str, Any]:
         """The next message that is not a heartbeat; ``timeout`` counts from the last sign of life."""
@@ -173,19 +237,31 @@ class IsolatedBuild:
                 on_progress()
 
     def _kill(self) -> str:
-        """Kill the worker's process group, reap it, remove its folder; a note on how it ended."""
+        """Find and kill what the worker started, kill its group, reap it, keep its output; a note on how it ended.
+
+        The pipe is closed only after the worker is stopped: a worker that saw it
+        close would end, and hand what it started to init before we looked.
+        """
         note = ""
+        if os.getpid() != self._owner:  # a fork of the gate (a worker, a user's child) holds a copy of this object
+            return note
         pid, self._pid = self._pid, None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
         if pid is not None:
+            if reaping.SUPPORTED:
+                try:
+                    self.leftovers += reaping.contain(pid, reaping.worker_token(os.getpid(), pid))
+                except OSError:  # /proc unreadable (hidepid): the group is still killed below
+                    pass
             for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
                 try:
                     target()
                     break
                 except OSError:
                     continue
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if pid is not None:
             try:
                 _, status = os.waitpid(pid, 0)
                 if os.WIFEXITED(status) and os.WEXITSTATUS(status):
@@ -194,9 +270,19 @@ class IsolatedBuild:
                     note = f" (killed by signal {os.WTERMSIG(status)})"
             except ChildProcessError:
                 pass
+            reaping.WATCHDOG.release(pid)
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+        if self._capture is not None:
+            fd, self._capture = self._capture, None
+            text = read_capture(fd)
+            if text and self.restarts:
+                text = f"--- restart {self.restarts} ---\n" + text
+            if text and not text.endswith("\n"):
+                text += "\n"
+            if text:
+                self._outputs.append(text)
         return note
 
     def close(self) -> None:
@@ -258,8 +344,10 @@ class IsolatedBuild:
             return unplain_observation(self._call("search", request, self.search_timeout_s))
         except TimeoutError:
             self._kill()
-            return Observation({"hybrid": ()}, None, {},
-                               error=f"timed out after {self.search_timeout_s:g} s (search_timeout_s); the worker was killed")
+            return Observation(
+                {"hybrid": ()}, None, {},
+                error=f"timed out after {self.search_timeout_s:g} s (search_timeout_s); the worker was killed",
+            )
         except EOFError:
             status = self._kill()
             return Observation({"hybrid": ()}, None, {}, error=f"the worker process ended during search{status}")

@@ -53,6 +53,9 @@ __all__ = [
     "write_report",
 ]
 
+#: What each build of the retriever printed (its stdout and stderr, captured per build), beside the report.
+OUTPUT_FILE = "retriever_output.txt"
+
 REPORT_SCHEMA = "labsrc.release-report"
 #: Bump when a key of report.json is renamed, removed or changes meaning.
 REPORT_SCHEMA_VERSION = 1
@@ -370,6 +373,13 @@ def write_report(run: GateRun, out_dir: str | Path) -> dict[str, Path]:
         _write_jsonl(paths[CASES_FILE], handed)
     else:
         (out / CASES_FILE).unlink(missing_ok=True)
+    printed = run.probes.output if run.probes is not None else ()
+    if printed:
+        paths[OUTPUT_FILE] = out / OUTPUT_FILE
+        paths[OUTPUT_FILE].write_text("".join(f"--- build {what!r} ---\n{text.rstrip()}\n" for what, text in printed),
+                                      encoding="utf-8")
+    else:
+        (out / OUTPUT_FILE).unlink(missing_ok=True)
     thresholds = {lane: run.config.min_recall[lane] for lane in run.config.min_recall}
     recall, latency = recall_frame(run), latency_frame(run)
     save_figure(plot_recall(recall, run.config.top_k, thresholds=thresholds), paths["recall.png"])

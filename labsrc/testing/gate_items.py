@@ -91,6 +91,7 @@ def expected_gates(config: GateConfig) -> tuple[tuple[str, str | None], ...]:
     gates.append(("same answers under concurrent requests",
                   None if config.concurrency else "concurrency is 0 in the gate config"))
     gates.append(("generated probes", None if config.probe_budget else "probe_budget is 0 in the gate config"))
+    gates.append(("no process outlives its build", None))
     gates += [(SEARCH_ERRORS, None), ("latency p50/p95", None), (ALL_GATES, None)]
     return tuple(gates)
 

@@ -1,0 +1,127 @@
+"""Gate rules for the probes of a factory's run: the canary, repeat, concurrency and generated probes.
+
+:func:`~labsrc.gate.gate_rules.evaluate_gates` calls these after the case rules; each
+turns what a probe found (:class:`~labsrc.gate.probes.Probes`) into one verdict. A probe
+with no answer behind it says NOT TESTED and fails the run (:func:`no_answer` says why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from labsrc.gate.generated import GeneratedCheck, probes_detail, shown
+from labsrc.gate.outcomes import CaseOutcome
+from labsrc.gate.probes import Probes
+from labsrc.gate.verdicts import GateResult, plural
+
+__all__ = ["canary_gate", "comparison_name", "concurrency_gate", "generated_gate", "leftovers_gate", "no_answer",
+           "repeat_gate", "untrusted_gate"]
+
+
+def comparison_name(kind: str) -> str:
+    return {"rebuild": "noninterference by rebuild", "bait": "noninterference by bait"}[kind]
+
+
+def no_answer(count: int, noun: str) -> str:
+    """``every search of the 3 cases raised or timed out``: why a gate has no evidence behind it."""
+    return f"every search of the {plural(count, noun)} raised, timed out or broke the contract"
+
+
+def generated_gate(check: GeneratedCheck) -> GateResult:
+    name = "generated probes"
+    if check.asked and not check.answered:
+        return GateResult(name, False, f"not tested: {check.plan.coverage()}: {no_answer(check.asked, 'generated request')}",
+                          family="generated", tested=False, findings=check.errors[:5])
+    if not check.asked:
+        return GateResult(name, True, f"{check.plan.coverage()}: nothing to generate", family="generated",
+                          tested=False)
+    return GateResult(name, not check.findings, probes_detail(check), family="generated",
+                      findings=shown(check.findings))
+
+
+def canary_gate(probes: Probes) -> GateResult:
+    name = "factory indexes what it is handed"
+    canary = probes.canary
+    if canary is None:
+        return GateResult(name, False, "no case's caller holds an ACL tag, so no permitted canary could be made; "
+                          "the comparisons across builds cannot be trusted", family="canary", tested=False)
+    withheld = ("no chunk withheld (no case returned a permitted chunk)" if canary.withheld is None
+                else f"{canary.withheld!r} withheld")
+    detail = f"canary {canary.canary_id!r} for {canary.caller!r} on {canary.on_date}; {withheld}"
+    if canary.passed:
+        detail += ": the canary came back for its own text" + ("" if canary.withheld is None else ", the withheld chunk did not")
+    if canary.error is not None:  # no answer behind it: neither PASS nor a finding about indexing
+        return GateResult(name, False, f"not tested: {detail}: {canary.error}", family="canary", tested=False,
+                          findings=canary.findings())
+    return GateResult(name, canary.passed, detail, family="canary", findings=canary.findings())
+
+
+def untrusted_gate(kind: str, probes: Probes) -> GateResult:
+    """A rebuild or bait gate whose comparison was not made: the factory failed the canary."""
+    return GateResult(comparison_name(kind), False,
+                      "not compared: the factory does not index what it is handed (see 'factory indexes what it is "
+                      "handed'), so builds over other chunks prove nothing", family=kind, tested=False)
+
+
+def repeat_gate(probes: Probes, mode: str) -> GateResult:
+    name = "repeatable builds"
+    repeat = probes.repeat
+    assert repeat is not None
+    if repeat.error is not None:
+        return GateResult(name, False, f"the second build failed: {repeat.error}", family="repeat", tested=False,
+                          findings=(repeat.error,))
+    if repeat.compared == 0:
+        return GateResult(name, False, "no case answered on both builds, so nothing could be compared",
+                          family="repeat", tested=False)
+    detail = f"{plural(repeat.compared, 'case')} on two builds of the same chunks"
+    findings = tuple(f"case {c!r}: not reproducible: {what}" for c, what in repeat.ids_differ)
+    if repeat.ids_differ:
+        detail += (f": {len(repeat.ids_differ)} give other ids or order; those cases are not compared by the "
+                   "rebuild and bait gates")
+    if repeat.scores_differ:
+        detail += (f"{';' if repeat.ids_differ else ':'} scores of {plural(len(repeat.scores_differ), 'case')} differ "
+                   f"by up to {repeat.largest:.6g}, so the rebuild and bait gates compared ids and order only")
+        if mode == "exact":
+            findings += (f"scores are not reproducible (up to {repeat.largest:.6g} in {', '.join(repeat.scores_differ)}); "
+                         "if that is expected (an approximate index), set noninterference to 'ids'",)
+    if not repeat.ids_differ and not repeat.scores_differ:
+        detail += ": the same ids, order and scores"
+    passed = not repeat.ids_differ and (mode == "ids" or not repeat.scores_differ)
+    failing = tuple(c for c, _ in repeat.ids_differ) + (repeat.scores_differ if mode == "exact" else ())
+    return GateResult(name, passed, detail, failing, family="repeat", findings=findings)
+
+
+def concurrency_gate(outcomes: Sequence[CaseOutcome], probes: Probes) -> GateResult:
+    name = "same answers under concurrent requests"
+    check = probes.concurrency
+    assert check is not None
+    what = (f"{plural(check.requests, 'request')} ({check.rounds} rounds of every case) from {check.threads} threads "
+            "at once, callers interleaved")
+    if check.requests == 0:
+        return GateResult(name, False, "no case answered when replayed alone, so none could be replayed at once",
+                          family="concurrency", tested=False)
+    if check.error is not None:
+        return GateResult(name, False, f"{what}: {check.error}", family="concurrency", findings=(check.error,))
+    differing = [o for o in outcomes if o.concurrency is not None and o.concurrency.differs]
+    detail = f"{what}: {len(differing)} of {plural(sum(o.concurrency is not None for o in outcomes), 'case')} differ from the case alone"
+    findings = tuple(f"case {o.case.name!r}: {o.concurrency.describe()}" for o in differing)  # type: ignore[union-attr]
+    return GateResult(name, not differing, detail, tuple(o.case.name for o in differing), family="concurrency",
+                      findings=findings)
+
+
+def leftovers_gate(probes: Probes) -> GateResult:
+    """Every process a build started ended with it; the gate kills what was left and names it here."""
+    name = "no process outlives its build"
+    if probes.leftovers is None:
+        return GateResult(name, True, "not tested: this platform has no /proc, so a process started in a new "
+                          "session cannot be found (the worker's process group is still killed)",
+                          family="cleanup", tested=False)
+    if not probes.leftovers:
+        return GateResult(name, True, f"{plural(probes.builds, 'build')}: every process the factory started "
+                          "ended with its build", family="cleanup")
+    count = len(probes.leftovers)
+    detail = (f"the factory left {count} {'process' if count == 1 else 'processes'} running after its build ended (started "
+              "in a session of its own or by a double fork); the gate killed them: stop them in the retriever's "
+              "close()")
+    return GateResult(name, False, detail, family="cleanup",
+                      findings=tuple(f"the factory left a process running: {line}" for line in probes.leftovers))
