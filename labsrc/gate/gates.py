@@ -267,11 +267,19 @@ def gate_retriever(
     on the config's clocks (``build_timeout_s``, ``search_timeout_s``):
 
     1. the main build: every case replayed (and timed, with ``measure``), then
-       replayed from ``config.concurrency`` threads at once (:mod:`~labsrc.gate.probes`);
+       replayed from ``config.concurrency`` threads at once (:mod:`~labsrc.gate.probes`),
+       then up to ``config.probe_budget`` generated requests (:mod:`~labsrc.gate.plan`:
+       every case's query as every caller, hidden chunks' own codes and terms, edge dates);
     2. with ``noninterference`` on: the same chunks built again (repeatability),
        a build with a canary added and a returned chunk withheld (does the factory
        index what it is handed?), then, per (caller, date) of the cases, a build
-       over the caller's permitted chunks only and one with bait added.
+       over the caller's permitted chunks only (asked the cases and the generated
+       requests of that caller and date) and one with bait added.
+
+    The first answer settles the contract: a shape the gate cannot read stops the run
+    with :class:`~labsrc.evaluation.subject.SubjectError`. When the builds end, every
+    process they left running is killed and named (:mod:`~labsrc.gate.reaping`), and
+    what each printed is kept apart from the verdict (``run.probes.output``).
 
     A factory that fails the canary cannot be tested for noninterference: the
     rebuild and bait gates say NOT TESTED and fail the run. Cases whose ids differ
@@ -355,12 +363,12 @@ def _gate_retriever(
         if repeat.scores_differ:
             mode = "ids"  # noise is not a leak: compare what reproduces
         if canary is not None and canary.passed:
-            extra = () if plan is None or generated_answers is None or repeat.ids_differ else [
+            again = () if plan is None or generated_answers is None or repeat.ids_differ else [
                 (i, request_of(plan.requests[i], callers, config.top_k))
                 for i, answer in enumerate(generated_answers) if not answer.error]
             rebuild, bait, bait_violations, rebuilt = noninterference_probe(
                 builder, stored, cases, callers, date, config.top_k, observed, mode, repeat.unstable(), progress,
-                extra=extra)
+                extra=again)
             builds += 2 * len(case_groups(cases, callers, date))
     if concurrency is not None and repeat is not None and repeat.scores_differ:
         together = {i: replace(c, mode="ids") for i, c in together.items()}
