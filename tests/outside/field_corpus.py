@@ -176,11 +176,16 @@ def chunk_records():
 
 def write_field_corpus(folder: Path) -> dict[str, Path]:
     """Write chunks.jsonl, callers.json, cases.jsonl and gate.json into ``folder``; return their paths."""
+    return write_corpus(folder, chunk_records(), CALLERS, CASES, CONFIG)
+
+
+def write_corpus(folder: Path, records, callers, cases, config) -> dict[str, Path]:
+    """A held-out corpus's four files in ``folder`` (the pharmacy corpus writes its own through this too)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = {name: folder / name for name in ("chunks.jsonl", "callers.json", "cases.jsonl", "gate.json")}
-    paths["chunks.jsonl"].write_text("".join(json.dumps(r) + "\n" for r in chunk_records()), encoding="utf-8")
-    paths["callers.json"].write_text(json.dumps(CALLERS, indent=1), encoding="utf-8")
-    paths["cases.jsonl"].write_text("".join(json.dumps(c) + "\n" for c in CASES), encoding="utf-8")
-    paths["gate.json"].write_text(json.dumps(CONFIG), encoding="utf-8")
+    paths["chunks.jsonl"].write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    paths["callers.json"].write_text(json.dumps(callers, indent=1), encoding="utf-8")
+    paths["cases.jsonl"].write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    paths["gate.json"].write_text(json.dumps(config), encoding="utf-8")
     return paths

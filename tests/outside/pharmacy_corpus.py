@@ -61,7 +61,6 @@ Visibility on 2026-06-15 (current chunks; "all" = every current chunk of the sit
 and gate.json in the formats of docs/records.md.
 """
 
-import json
 import re
 from pathlib import Path
 
@@ -262,11 +261,6 @@ def codes():
 
 def write_pharmacy_corpus(folder: Path) -> dict[str, Path]:
     """Write chunks.jsonl, callers.json, cases.jsonl and gate.json into ``folder``; return their paths."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = {name: folder / name for name in ("chunks.jsonl", "callers.json", "cases.jsonl", "gate.json")}
-    paths["chunks.jsonl"].write_text("".join(json.dumps(r) + "\n" for r in chunk_records()), encoding="utf-8")
-    paths["callers.json"].write_text(json.dumps(CALLERS, indent=1), encoding="utf-8")
-    paths["cases.jsonl"].write_text("".join(json.dumps(c) + "\n" for c in CASES), encoding="utf-8")
-    paths["gate.json"].write_text(json.dumps(CONFIG), encoding="utf-8")
-    return paths
+    from field_corpus import write_corpus  # the same four files as the field corpus, written the same way
+
+    return write_corpus(folder, chunk_records(), CALLERS, CASES, CONFIG)
