@@ -12,6 +12,7 @@ line to stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
@@ -19,24 +20,35 @@ import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
-from labsrc.cli import audit as cli_audit
-from labsrc.cli import beir as cli_beir
-from labsrc.cli import clean as cli_clean
-from labsrc.cli import data as cli_data
-from labsrc.cli import embed as cli_embed
-from labsrc.cli import gate as cli_gate
-from labsrc.cli import report as cli_report
-from labsrc.cli import rubric as cli_rubric
-from labsrc.cli import search as cli_search
-from labsrc.cli.engines import close_engines
 from labsrc.cli.outputs import one_line
 from labsrc.errors import LabError
 from labsrc.version import __version__
 
 __all__ = ["build_parser", "main"]
 
-#: Subcommand modules, in the order ``--help`` lists them.
-COMMANDS = (cli_report, cli_gate, cli_audit, cli_search, cli_beir, cli_data, cli_embed, cli_rubric, cli_clean)
+#: Each command and the module that registers it, in the order ``--help`` lists them. A call
+#: imports only its own command's module (``labsrc --version`` imports none), so no command
+#: pays for another's dependencies: ``labsrc rubric`` loads no PostgreSQL driver, none loads
+#: matplotlib until it draws.
+COMMANDS = {
+    "report": "labsrc.cli.report",
+    "gate": "labsrc.cli.gate",
+    "audit": "labsrc.cli.audit",
+    "search": "labsrc.cli.search",
+    "beir": "labsrc.cli.beir",
+    "data": "labsrc.cli.data",
+    "embed": "labsrc.cli.embed",
+    "rubric": "labsrc.cli.rubric",
+    "engines": "labsrc.cli.clean",
+}
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command a call names, or None when it names none (``--version``, ``--help``)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg
+    return None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,15 +58,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, *, version_only: bool = False) -> argparse.ArgumentParser:
+    """The whole parser; with ``command``, one that knows only that command (any other name: all of them)."""
     parser = _Parser(
         prog="labsrc",
         description="Permission-safe hybrid retrieval lab: evidence boundary, BM25 + dense lanes, RRF, release gates.",
     )
     parser.add_argument("--version", action="version", version=f"labsrc {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMANDS:
-        module.register(sub)
+    if version_only:
+        return parser
+    for name, module in COMMANDS.items():
+        if command not in COMMANDS or name == command:
+            importlib.import_module(module).register(sub)
     return parser
 
 
@@ -77,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if problem:
             print(f"labsrc: error: argument {one_line(repr(arg[:60]))} holds {problem}", file=sys.stderr)
             return 2
-    args = build_parser().parse_args(argv)
+    command = _command_of(argv)
+    args = build_parser(command, version_only=command is None and "--version" in argv).parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so worker processes, servers and temporary folders are cleaned up;
     # only the main thread may set a handler (a caller of main() in a thread keeps its own).
     previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
@@ -108,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{chr(10) if sys.stderr.isatty() else ''}labsrc: {what}", file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130  # 128 + SIGTERM / SIGINT, as a shell reports them
     finally:
-        close_engines()
+        engines = sys.modules.get("labsrc.cli.engines")  # loaded only if a command opened one
+        if engines is not None:
+            engines.close_engines()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -10,13 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from labsrc.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["LANE_COLORS", "plot_latency", "plot_recall", "save_figure"]
 
@@ -48,6 +50,8 @@ def plot_recall(
     values = np.vstack([per_case.to_numpy(dtype=float), per_case.mean(axis=0).to_numpy(dtype=float)]) if len(
         per_case
     ) else np.zeros((1, len(lanes)))
+    import matplotlib.pyplot as plt  # here, not at import: a report without charts loads no matplotlib
+
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(groups) + 1.5), 3.6))
     width = 0.8 / max(len(lanes), 1)
     x = np.arange(len(groups))
@@ -99,6 +103,8 @@ def plot_latency(frame: pd.DataFrame, *, title: str | None = None) -> Figure:
     missing = sorted({"stage", "p50_ms", "p95_ms"} - set(frame.columns))
     if missing:
         raise InvalidArgument(f"latency frame lacks column(s) {missing}")
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     stages = [str(s) for s in frame["stage"]]
     x = np.arange(len(stages))
@@ -145,6 +151,8 @@ def plot_latency(frame: pd.DataFrame, *, title: str | None = None) -> Figure:
 
 def save_figure(fig: Figure, path: str | Path, *, dpi: int = 110) -> Path:
     """Write ``fig`` as PNG to ``path`` and close it (so scripts don't accumulate figures)."""
+    import matplotlib.pyplot as plt
+
     path = Path(path)
     try:
         fig.savefig(path, dpi=dpi, format="png")
