@@ -102,7 +102,7 @@ def test_a_superseded_case_whose_chunk_is_still_in_force_is_bad_input_not_a_leak
     assert (f"{cases}, line {n_lines}, field 'on_date': value '2026-03-01' (case 'old-date'): the forbidden chunk "
             "eu-refurb-v1-rule is right, the date is not: its successor eu-refurb-v2-rule takes effect on 2026-04-01, "
             "so on 2026-03-01 eu-refurb-v1-rule is still the current version") in captured.err
-    assert "date the case on or after 2026-04-01 (on_date=dt.date(2026, 4, 1))" in captured.err
+    assert 'date the case on or after 2026-04-01 ("on_date": "2026-04-01")' in captured.err
     assert "leaked" not in captured.out
 
 

@@ -72,7 +72,7 @@ def test_a_superseded_case_dated_before_the_successor_is_told_its_date_is_wrong(
         "case 'superseded-clm7-early', field 'on_date', value '2026-02-01': the forbidden chunk eu-carrier-loss-v0 is "
         "right, the date is not: its successor eu-carrier-loss-v1 takes effect on 2026-02-10, so on 2026-02-01 "
         "eu-carrier-loss-v0 is still the current version (in force until 2026-02-09) and the boundary rightly shows "
-        "it; date the case on or after 2026-02-10 (on_date=dt.date(2026, 2, 10)), or drop on_date (the run's date, "
+        'it; date the case on or after 2026-02-10 ("on_date": "2026-02-10"), or drop on_date (the run\'s date, '
         "2026-05-27, is after it)",
     )
     assert not any("forbid only chunks the boundary hides" in p for p in problems)
@@ -91,7 +91,7 @@ def test_a_not_yet_effective_case_dated_after_the_chunk_started_is_told_its_date
     assert problems == (
         "case 'nye-rpl14-late', field 'on_date', value '2026-04-15': the forbidden chunk eu-refurb-v2-rule is right, "
         "the date is not: it takes effect on 2026-04-01, so on 2026-04-15 it is already in force and the boundary "
-        "rightly shows it; date the case before 2026-04-01 (on_date=dt.date(2026, 3, 31) at the latest)",
+        'rightly shows it; date the case before 2026-04-01 ("on_date": "2026-03-31" at the latest)',
     )
 
 

@@ -86,6 +86,35 @@ def test_bad_lines_name_file_line_and_field(tmp_path, line, field, message):
     assert isinstance(error, labsrc.LabError) and isinstance(error, ValueError)
 
 
+@pytest.mark.parametrize("ending", ["\n", "\r\n"])
+def test_a_record_cut_short_is_reported_where_it_stops_not_at_column_1(tmp_path, ending):
+    # 360 characters of a good record, then it stops: the parser gives up at column 361 of that line.
+    whole = record(text="x" * 400)
+    cut = whole[:360]
+    assert cut.endswith("x")
+    path = tmp_path / "chunks.jsonl"
+    path.write_bytes((record(chunk_id="first") + ending + cut + ending).encode())
+    with pytest.raises(labsrc.InvalidRecord) as info:
+        labsrc.load_chunks(path)
+    message = str(info.value)
+    assert info.value.line == 2
+    # The string that never closes starts where "text": "... opens; the message shows where the parser stopped.
+    opened = cut.index('"xxx') + 1
+    assert f"Unterminated string starting at (column {opened}, where the parser stopped: " in message, message
+    assert "column 1," not in message
+
+
+def test_malformed_json_shows_twenty_characters_either_side_of_the_stop(tmp_path):
+    path = tmp_path / "chunks.jsonl"
+    path.write_text('{"chunk_id": "a", "region": "EU" "acl_tag": "public"}\n')
+    with pytest.raises(labsrc.InvalidRecord) as info:
+        labsrc.load_chunks(path)
+    assert str(info.value).endswith(
+        "malformed JSON: Expecting ',' delimiter (column 34, where the parser stopped: "
+        """'"a", "region": "EU" '⟨here⟩'"acl_tag": "public"}')"""
+    ), str(info.value)
+
+
 def test_duplicate_chunk_id(tmp_path):
     path = write_lines(tmp_path, record(), record())
     with pytest.raises(labsrc.InvalidRecord, match="first seen on line 1") as info:

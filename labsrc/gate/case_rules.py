@@ -85,7 +85,7 @@ def _date_message(case: Case, chunk: PolicyChunk, chunks: Mapping[str, PolicyChu
             f"the forbidden chunk {chunk.chunk_id} is right, the date is not: {who} takes effect on "
             f"{start}, so on {day} {chunk.chunk_id} is still the current version (in force until "
             f"{chunk.effective_to}) and the boundary rightly shows it; date the case on or after {start} "
-            f"(on_date=dt.date({start.year}, {start.month}, {start.day})){drop}"
+            f'("on_date": "{start.isoformat()}"){drop}'
         )
     if case.kind == "not_yet_effective" and day >= chunk.effective_from and (
             chunk.effective_to is None or day <= chunk.effective_to):
@@ -95,7 +95,7 @@ def _date_message(case: Case, chunk: PolicyChunk, chunks: Mapping[str, PolicyChu
         return (
             f"the forbidden chunk {chunk.chunk_id} is right, the date is not: it takes effect on {start}, "
             f"so on {day} it is already in force and the boundary rightly shows it; date the case before {start} "
-            f"(on_date=dt.date({last.year}, {last.month}, {last.day}) at the latest){drop}"
+            f'("on_date": "{last.isoformat()}" at the latest){drop}'
         )
     return None
 

@@ -116,6 +116,16 @@ def too_deep(
     )
 
 
+def _near(exc: json.JSONDecodeError) -> str:
+    """Where the parser stopped, shown: up to 20 characters either side of it, the stop marked with ⟨here⟩."""
+    start = exc.doc.rfind("\n", 0, exc.pos) + 1
+    end = exc.doc.find("\n", exc.pos)
+    end = len(exc.doc) if end == -1 else end
+    before = exc.doc[max(start, exc.pos - 20) : exc.pos]
+    after = exc.doc[exc.pos : min(end, exc.pos + 20)].rstrip("\r")
+    return f"where the parser stopped: {before!r}⟨here⟩{after!r}"
+
+
 def parse_json(
     text: str, *, path: str | Path, line: int | None = None, field: str | None = None, lines: bool = True
 ) -> Any:
@@ -130,7 +140,8 @@ def parse_json(
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         where = (exc.lineno if line is None else line) if lines else None
-        raise InvalidRecord(f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=where, field=field) from exc
+        raise InvalidRecord(f"malformed JSON: {exc.msg} (column {exc.colno}, {_near(exc)})", path=path, line=where,
+                            field=field) from exc
     except RecursionError:
         raise too_deep(text, path=path, line=line, field=field, lines=lines) from None
     if _exceeds_depth(value, MAX_JSON_DEPTH):
@@ -168,7 +179,9 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise _decode_error(path, exc, number) from exc
             if not line.strip():
                 continue
-            record = parse_json(line, path=path, line=number)
+            # Without its line break: a record cut short is then reported where it stops, not at
+            # "column 1" of a next line the parser thinks it reached.
+            record = parse_json(line.rstrip("\r\n"), path=path, line=number)
             if not isinstance(record, dict):
                 raise InvalidRecord(
                     f"each line must be a JSON object, got {type(record).__name__}", path=path, line=number
