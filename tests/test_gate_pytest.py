@@ -210,7 +210,9 @@ def test_bad_input_fails_each_item_with_the_command_lines_one_line_error(project
     mine = scenario_items(items, scenario)
     assert mine and all(verdict == "failed" for verdict, _ in mine.values())
     for _, text in mine.values():
-        assert text.splitlines()[0].removeprefix("Failed: ") == f"labsrc gate: error: {message}"  # pytest adds "Failed: "
+        # The command line's message in pytest's words: its prefix and the argument's name, nothing else changed.
+        in_pytest = f"release gate input: {message.replace('--retriever', 'gate_tests retriever')}"
+        assert text.splitlines()[0].removeprefix("Failed: ") == in_pytest  # pytest adds "Failed: "
         assert "Traceback" not in text and "labsrc/" not in text.replace(str(project), "")
     expected = {"bad_chunks": "bad_chunks.jsonl, line 3, field 'region'", "bad_config": "field 'topk'",
                 "bad_factory": "no_such_factory"}[scenario]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import sys
 
 import pytest
 
@@ -97,6 +98,36 @@ def test_dotted_factory_and_module_names(tmp_path) -> None:
     assert load_factory("labsrc.retriever.policy:PolicyRetriever.search") is labsrc.PolicyRetriever.search
     with pytest.raises(SubjectError, match="no such file"):
         load_factory(f"{tmp_path}/absent.py:make")
+
+
+def test_the_pytest_form_finds_a_module_in_a_parent_of_the_test_folder(tmp_path, monkeypatch) -> None:
+    # A project: my_gate_retriever_x.py at its root, tests/ below, pytest run from anywhere.
+    from labsrc.testing.pytest_gate import OPTION, module_folders
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "my_gate_retriever_x.py").write_text("def build(chunks, vectors):\n    return None\n")
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    folders = module_folders(tests)
+    assert folders == (tests, tmp_path)  # stops at the folder with pyproject.toml
+    monkeypatch.chdir("/")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "my_gate_retriever_x", raising=False)
+    factory = load_factory("my_gate_retriever_x:build", option=OPTION, folders=folders)
+    assert factory.__module__ == "my_gate_retriever_x" and sys.path[0] == str(tmp_path)
+    with pytest.raises(SubjectError) as info:
+        load_factory("absent_gate_retriever_y:build", option=OPTION, folders=folders)
+    assert str(info.value) == (
+        f"gate_tests retriever: no module named 'absent_gate_retriever_y' (looked on sys.path and in {tests}, "
+        f"{tmp_path}: put absent_gate_retriever_y.py in one of them, or name the file, relative to the test file "
+        "(path/to/file.py:FACTORY))"
+    )
+    monkeypatch.delitem(sys.modules, "my_gate_retriever_x")
+
+
+def test_the_command_line_form_still_names_its_option() -> None:
+    with pytest.raises(SubjectError, match=r"^--retriever: no module named 'absent_gate_retriever_z' \(run from"):
+        load_factory("absent_gate_retriever_z:build")
 
 
 def test_describe_exception_without_traceback() -> None:

@@ -53,6 +53,7 @@ def gate_from_files(
     lab_retriever: LabRetriever | None = None,
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
+    load: Callable[[str], Factory] = load_factory,
 ) -> GateRun:
     """Run the release gate on the files a team keeps: what ``labsrc gate`` does before it prints.
 
@@ -67,6 +68,8 @@ def gate_from_files(
     or ``None`` for the defaults; ``adjust`` (the command line's overrides) is
     applied to it before the cases are checked against its evaluation date.
     ``warn`` gets each warning (a case whose expected chunk has no vector).
+    ``load`` turns a ``MODULE:FACTORY`` string into the factory (the pytest form
+    passes one that names itself and looks beside the test file).
     """
     loaded_chunks = load_chunks(chunks)
     loaded_callers = load_callers(callers)
@@ -94,7 +97,7 @@ def gate_from_files(
     factory: Factory | None = None
     label: str | None = None
     if isinstance(retriever, str):
-        factory, label = load_factory(retriever), retriever  # before loading vectors: a typo fails fast
+        factory, label = load(retriever), retriever  # before loading vectors: a typo fails fast
     elif retriever is not None:
         if not callable(retriever):
             raise InvalidArgument(

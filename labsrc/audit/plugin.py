@@ -17,26 +17,30 @@ from types import ModuleType
 
 from labsrc.evaluation.subject import Factory, SubjectError, describe_exception
 
-__all__ = ["load_factory", "parse_spec"]
+__all__ = ["CLI_OPTION", "load_factory", "parse_spec"]
 
 
-def parse_spec(spec: str) -> tuple[str, str]:
+#: How the command line names the spec in its messages; the pytest form passes its own name.
+CLI_OPTION = "--retriever"
+
+
+def parse_spec(spec: str, *, option: str = CLI_OPTION) -> tuple[str, str]:
     """``"pkg.mod:make"`` → ``("pkg.mod", "make")``; a Windows drive letter is not a separator."""
     if not isinstance(spec, str) or ":" not in spec.lstrip(":"):
-        raise SubjectError(f"--retriever must be MODULE:FACTORY (e.g. my_retriever:build or ./my_retriever.py:build), not {spec!r}")
+        raise SubjectError(f"{option} must be MODULE:FACTORY (e.g. my_retriever:build or ./my_retriever.py:build), not {spec!r}")
     module, _, attribute = spec.rpartition(":")
     if not module or not attribute or not all(part.isidentifier() for part in attribute.split(".")):
-        raise SubjectError(f"--retriever must be MODULE:FACTORY with FACTORY a Python name, not {spec!r}")
+        raise SubjectError(f"{option} must be MODULE:FACTORY with FACTORY a Python name, not {spec!r}")
     return module, attribute
 
 
-def _import_path(path: Path) -> ModuleType:
+def _import_path(path: Path, option: str) -> ModuleType:
     if not path.is_file():
-        raise SubjectError(f"--retriever: no such file {str(path)!r}")
+        raise SubjectError(f"{option}: no such file {str(path)!r}")
     name = f"labsrc_plugin_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise SubjectError(f"--retriever: {str(path)!r} is not an importable Python file")
+        raise SubjectError(f"{option}: {str(path)!r} is not an importable Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look their module up by name
     try:
@@ -45,40 +49,60 @@ def _import_path(path: Path) -> ModuleType:
         sys.modules.pop(name, None)
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
-        raise SubjectError(f"--retriever: importing {str(path)!r} failed: {describe_exception(exc)}") from exc
+        raise SubjectError(f"{option}: importing {str(path)!r} failed: {describe_exception(exc)}") from exc
     return module
 
 
-def _import_name(name: str) -> ModuleType:
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+def _holds_module(folder: Path, top: str) -> bool:
+    return (folder / f"{top}.py").is_file() or (folder / top).is_dir()
+
+
+def _import_name(name: str, option: str, folders: tuple[Path, ...]) -> ModuleType:
+    if not folders and "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, "")  # the current directory is importable, as with `python -m`
+    top = name.partition(".")[0]
+    if folders and importlib.util.find_spec(top) is None:
+        # Not importable as the tests import code: the first of ``folders`` that holds it becomes importable,
+        # as pytest's rootdir does with ``pythonpath = ["."]``.
+        holder = next((folder for folder in folders if _holds_module(folder, top)), None)
+        if holder is not None and str(holder) not in sys.path:
+            sys.path.insert(0, str(holder))
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
-            raise SubjectError(
-                f"--retriever: no module named {exc.name!r} (run from the folder that holds it, "
-                "or give a path to the .py file)"
-            ) from exc
-        raise SubjectError(f"--retriever: importing {name!r} failed: {describe_exception(exc)}") from exc
+            if folders:
+                where = ", ".join(str(folder) for folder in folders)
+                hint = (f"looked on sys.path and in {where}: put {exc.name.partition('.')[0]}.py in one of them, "
+                        "or name the file, relative to the test file (path/to/file.py:FACTORY)")
+            else:
+                hint = "run from the folder that holds it, or give a path to the .py file"
+            raise SubjectError(f"{option}: no module named {exc.name!r} ({hint})") from exc
+        raise SubjectError(f"{option}: importing {name!r} failed: {describe_exception(exc)}") from exc
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
-        raise SubjectError(f"--retriever: importing {name!r} failed: {describe_exception(exc)}") from exc
+        raise SubjectError(f"{option}: importing {name!r} failed: {describe_exception(exc)}") from exc
 
 
-def load_factory(spec: str) -> Factory:
-    """The callable ``spec`` names; see the module docstring for the two forms of ``MODULE``."""
-    module_part, attribute = parse_spec(spec)
+def load_factory(spec: str, *, option: str = CLI_OPTION, folders: tuple[Path, ...] = ()) -> Factory:
+    """The callable ``spec`` names; see the module docstring for the two forms of ``MODULE``.
+
+    ``option`` is how messages name the spec (the command line's ``--retriever``). With
+    ``folders`` (the pytest form: the test file's folder and its parents up to the
+    project's root), a module name that is not importable is looked for there and its
+    folder put on ``sys.path``; without, the current directory is importable.
+    """
+    module_part, attribute = parse_spec(spec, option=option)
     looks_like_path = module_part.endswith(".py") or "/" in module_part or "\\" in module_part
-    module = _import_path(Path(module_part)) if looks_like_path else _import_name(module_part)
+    module = _import_path(Path(module_part), option) if looks_like_path else _import_name(module_part, option, folders)
     target: object = module
     for part in attribute.split("."):
         if not hasattr(target, part):
             where = getattr(module, "__file__", module_part)
             available = sorted(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n)))
-            raise SubjectError(f"--retriever: {where} has no {attribute!r}; callables there: {available[:12]}")
+            raise SubjectError(f"{option}: {where} has no {attribute!r}; callables there: {available[:12]}")
         target = getattr(target, part)
     if not callable(target):
-        raise SubjectError(f"--retriever: {spec!r} is a {type(target).__name__}, not a callable factory(chunks, vectors)")
+        raise SubjectError(f"{option}: {spec!r} is a {type(target).__name__}, not a callable factory(chunks, vectors)")
     return target  # type: ignore[return-value]

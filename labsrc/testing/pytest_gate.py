@@ -22,7 +22,10 @@ exit 0. ``pytest -k boundary`` runs one gate; ``pytest --junitxml`` reports them
 * Relative paths, and a ``path.py:FACTORY`` retriever, are read from the folder
   of the test file that calls :func:`gate_tests` (``base=`` changes it), so the
   suite gives the same result from any working directory. A ``module:FACTORY``
-  retriever is imported as your tests import your code.
+  retriever is imported as your tests import your code; if that fails, it is
+  looked for in the test file's folder, then each parent up to the project's
+  root (the first holding ``pyproject.toml``, ``pytest.ini``, ``tox.ini``,
+  ``setup.cfg`` or ``.git``), and the folder that holds it is put on ``sys.path``.
 * The gate runs once, when the first selected item runs, inside the pytest
   process (each build in a forked worker, as in ``labsrc gate``); the other
   items read the cached run. Under pytest-xdist each worker runs it once.
@@ -30,7 +33,9 @@ exit 0. ``pytest -k boundary`` runs one gate; ``pytest --junitxml`` reports them
   is in the recall gates' names). Every other input is read when the gate runs.
 * Bad input (a malformed file, a case that cannot test its kind, a factory that
   cannot be imported or built) fails every item with the message ``labsrc gate``
-  prints for it, naming the file, line, field and value, with no traceback.
+  prints for it, naming the file, line, field and value, with no traceback, in
+  pytest's words: ``release gate input: gate_tests retriever: ...`` where the
+  command line says ``labsrc gate: error: --retriever: ...``.
 
 How each gate's verdict becomes an item outcome: :mod:`labsrc.testing.gate_items`.
 """
@@ -40,9 +45,11 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from labsrc.audit.gate_files import as_gate_config, gate_from_files
+from labsrc.audit.plugin import load_factory
 from labsrc.errors import LabError
 from labsrc.evaluation.subject import Factory
 from labsrc.gate.config import GateConfig
@@ -53,13 +60,32 @@ __all__ = ["GateSuite", "gate_tests"]
 
 _INPUT_ERRORS = (LabError, OSError, UnicodeError)
 
+#: How messages name the ``retriever`` argument (the command line says ``--retriever``).
+OPTION = "gate_tests retriever"
+
+#: What starts every bad-input message (the command line's ``labsrc gate: error:``).
+INPUT_PREFIX = "release gate input: "
+
+#: Files that mark a project's root, where the search for a ``module:FACTORY`` module stops.
+ROOT_MARKERS = ("pyproject.toml", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", ".git")
+
 
 def _message(exc: BaseException) -> str:
-    """One message for bad input, as ``labsrc gate`` prints it (exit status 2)."""
+    """One message for bad input, what ``labsrc gate`` prints for it (exit status 2), in pytest's words."""
     if isinstance(exc, OSError) and not isinstance(exc, LabError):
         where = f": {exc.filename}" if exc.filename else ""
-        return f"labsrc gate: error: {exc.strerror or exc}{where}"
-    return f"labsrc gate: error: {exc}"
+        return f"{INPUT_PREFIX}{exc.strerror or exc}{where}"
+    return f"{INPUT_PREFIX}{exc}"
+
+
+def module_folders(start: Path) -> tuple[Path, ...]:
+    """``start`` and its parents up to the first that marks a project's root (:data:`ROOT_MARKERS`), inclusive."""
+    folders = []
+    for folder in (start, *start.parents):
+        folders.append(folder)
+        if any((folder / marker).exists() for marker in ROOT_MARKERS):
+            break
+    return tuple(folders)
 
 
 def _resolve(path: str | Path | None, base: Path) -> str | None:
@@ -83,8 +109,9 @@ class GateSuite:
     """The inputs of one :func:`gate_tests` call, and its gate run, made once and kept."""
 
     def __init__(self, chunks: str, callers: str, cases: str, retriever: str | Factory,
-                 vectors: str | None, config: GateConfig) -> None:
-        self.chunks, self.callers, self.cases = chunks, callers, cases
+                 vectors: str | None, config: GateConfig, *,
+                 load: Callable[[str], Factory] = partial(load_factory, option=OPTION)) -> None:
+        self.chunks, self.callers, self.cases, self.load = chunks, callers, cases, load
         self.retriever, self.vectors, self.config = retriever, vectors, config
         self._run: GateRun | None = None
         self._error: BaseException | None = None
@@ -97,7 +124,7 @@ class GateSuite:
             try:
                 self._run = gate_from_files(
                     self.chunks, self.callers, self.cases, self.retriever, vectors=self.vectors, config=self.config,
-                    warn=lambda note: warnings.warn(f"labsrc gate: {note}", UserWarning, stacklevel=2),
+                    warn=lambda note: warnings.warn(f"labsrc gate: {note}", UserWarning, stacklevel=2), load=self.load,
                 )
             except Exception as exc:  # kept, so the other items do not run a failing gate again
                 self._error = exc
@@ -137,7 +164,8 @@ def gate_tests(
     except _INPUT_ERRORS as exc:
         gate_config, problem = GateConfig(), _message(exc)
     suite = GateSuite(_resolve(chunks, folder) or "", _resolve(callers, folder) or "", _resolve(cases, folder) or "",
-                      _resolve_spec(retriever, folder), _resolve(vectors, folder), gate_config)
+                      _resolve_spec(retriever, folder), _resolve(vectors, folder), gate_config,
+                      load=partial(load_factory, option=OPTION, folders=module_folders(folder)))
     gates = expected_gates(gate_config)
     reasons = dict(gates)
 
