@@ -24,17 +24,17 @@ def test_the_readme_usage_lines_match_the_parsers():
     # Issue 22: the README's usage lines omitted --engine, --dsn, --no-progress, --dataset, --model.
     # To fix a failure here: python -m labsrc.cli.usage, and commit the result.
     files = documentation_files(ROOT)
-    assert [p.relative_to(ROOT).as_posix() for p in files] == ["docs/benchmarks.md", "docs/coursework.md", "docs/gates.md"]
+    assert [p.relative_to(ROOT).as_posix() for p in files] == ["docs/benchmarks.md", "docs/coursework.md", "docs/gate-in-pytest.md", "docs/gates.md"]
     assert usage_main([*map(str, files), "--check"]) == 0
     text = _all_docs()
     for option in ("--engine {memory,postgres}", "--dsn URL", "--no-progress", "--dataset NAME", "--model MODEL"):
         assert option in text
-    assert text.count("<!-- labsrc-usage:") == 4
+    assert text.count("<!-- labsrc-usage:") == 5
 
 
 def test_every_command_has_a_usage_line_and_a_block_shows_it():
     table = usage_table()
-    assert list(table) == ["report", "gate", "audit", "search", "beir", "data fetch", "embed", "rubric", "engines clean", "--version"]
+    assert list(table) == ["init", "report", "gate", "audit", "search", "beir", "data fetch", "embed", "rubric", "engines clean", "--version"]
     text = _all_docs()
     for usage in table.values():
         assert usage in text

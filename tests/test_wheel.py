@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from labsrc.testing.starter import starter_files
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -49,3 +51,7 @@ def test_labsrc_report_runs_from_a_wheel_in_a_fresh_venv_from_any_directory(tmp_
     report = run([str(labsrc), "report", "--no-progress", "--out", "r"], cwd=elsewhere, env=env)
     assert report.stdout.startswith("Release gate") and (elsewhere / "r" / "report.html").is_file()
     assert "Traceback" not in report.stderr
+    # The wheel carries the starter folder `labsrc init` writes (package data), byte for byte.
+    run([str(labsrc), "init", "starter"], cwd=elsewhere, env=env)
+    starter = elsewhere / "starter"
+    assert {p.relative_to(starter).as_posix(): p.read_bytes() for p in starter.rglob("*") if p.is_file()} == starter_files()

@@ -31,6 +31,7 @@ __all__ = ["build_parser", "main"]
 #: pays for another's dependencies: ``labsrc rubric`` loads no PostgreSQL driver, none loads
 #: matplotlib until it draws.
 COMMANDS = {
+    "init": "labsrc.cli.init",
     "report": "labsrc.cli.report",
     "gate": "labsrc.cli.gate",
     "audit": "labsrc.cli.audit",

@@ -4,7 +4,8 @@
 :func:`gate_id`), whose verdicts are those of ``labsrc gate`` on the same files
 (both run :func:`labsrc.audit.gate_from_files`). pytest is imported only when
 :func:`gate_tests` is called, so ``labsrc`` needs it only in a test suite.
-See ``docs/gate-in-pytest.md``.
+See ``docs/gate-in-pytest.md``. :func:`write_starter` writes the starter folder
+``labsrc init`` makes: a corpus, a retriever of a team's own and the gate in both forms.
 """
 
 from labsrc.testing.gate_items import (
@@ -19,6 +20,7 @@ from labsrc.testing.gate_items import (
     SKIPPED,
 )
 from labsrc.testing.pytest_gate import GateSuite, gate_tests
+from labsrc.testing.starter import STARTER_FILES, STARTER_GATE_COMMAND, starter_files, write_starter
 
 __all__ = [
     "ALL_GATES",
@@ -32,4 +34,8 @@ __all__ = [
     "PASSED",
     "SEARCH_ERRORS",
     "SKIPPED",
+    "STARTER_FILES",
+    "STARTER_GATE_COMMAND",
+    "starter_files",
+    "write_starter",
 ]
