@@ -167,3 +167,43 @@ def test_a_subject_that_cannot_run_makes_the_audit_exit_2_naming_it(monkeypatch,
     assert lines == ["labsrc: error: 1 of 2 audit rows could not run (qdrant-filter): the Qdrant subject needs the audit "
                      "extra: pip install 'hybrid-retrieval-lab[audit]'"]
     assert [r["subject"] for r in json.loads((tmp_path / "audit.json").read_text())] == ["policy-retriever", "qdrant-filter"]
+
+
+def _inner_imports(module_name: str) -> set[str]:
+    """The modules a subject's module imports inside its functions (its lazily imported library)."""
+    import ast
+    import importlib
+
+    tree = ast.parse(open(importlib.import_module(module_name).__file__, encoding="utf-8").read())
+    found = set()
+    for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        for node in ast.walk(function):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+    return {m for m in found if not m.startswith(("labsrc", "importlib"))}
+
+
+@pytest.mark.parametrize("name", [n for n, s in SUBJECTS.items() if s.preload])
+def test_a_preloaded_subject_names_every_library_its_factory_imports_and_starts_no_thread(name) -> None:
+    # Preloading saves each forked build the import (LangChain 1.8 s, Chroma 3.8 s a build); a module missing
+    # from the list is imported again in every build, and an import that started a thread would not survive fork.
+    import subprocess
+
+    subject = SUBJECTS[name]
+    module = {"langchain-ensemble": "langchain_ensemble", "tantivy-filter": "tantivy_filter",
+              "qdrant-filter": "qdrant_filter", "llamaindex-fusion": "llamaindex_bm25",
+              "chroma-filter": "chroma_filter"}[name]
+    assert _inner_imports(f"labsrc.audit.{module}") <= set(subject.preload)
+    probe = (
+        "import os, sys, threading, numpy, labsrc.audit\n"
+        "from labsrc.audit.subjects import SUBJECTS\nfrom labsrc.gate.config import GateConfig\n"
+        "before = len(os.listdir('/proc/self/task'))\n"
+        f"SUBJECTS[{name!r}].factory(GateConfig())\n"
+        "missing = [m for m in SUBJECTS[%r].preload if m not in sys.modules]\n"
+        "print(before, len(os.listdir('/proc/self/task')), threading.active_count(), missing)\n" % name
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True)
+    before, after, python_threads, missing = out.stdout.strip().splitlines()[-1].split(" ", 3)
+    assert (after, python_threads, missing) == (before, "1", "[]"), out.stdout

@@ -222,7 +222,7 @@ def _audit_one(subject: AuditSubject, data: AuditDataset, bars: Progress | None)
     factory = None
     started = time.perf_counter()
     try:
-        factory = name_factory(subject.make(data.config), f"the {subject.name} subject")
+        factory = name_factory(subject.factory(data.config), f"the {subject.name} subject")
         run = gate_retriever(factory, data.chunks, data.callers, data.cases, data.vectors, data.config,
                              measure=False, label=subject.name, progress=_named(bars, f"{subject.name} on {data.name}"))
         return audit_row(subject.name, data.name, run, digest=data.digest, description=subject.description,
