@@ -1,10 +1,21 @@
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 import labsrc
 
 from tiers import SMOKE_MODULES, smoke_only
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # LABSRC_TEST_COSTS=FILE pytest -n 0: seconds, subprocesses, forks, servers and kernels per module (tests/costs.py).
+    if out := os.environ.get("LABSRC_TEST_COSTS"):
+        from costs import CostPlugin
+
+        config.pluginmanager.register(CostPlugin(Path(out).resolve()), "labsrc-test-costs")
 
 
 def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:

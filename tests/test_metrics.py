@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import random
-import warnings
 
 import pytest
+from ranx_oracle import ranx_jobs
 
 from labsrc.errors import InvalidArgument
 from labsrc.evaluation.metrics import (
@@ -165,27 +165,35 @@ def _random_collection(seed: int) -> tuple[dict, dict]:
     return run, qrels
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_evaluate_run_matches_ranx(seed: int) -> None:
-    ranx = pytest.importorskip("ranx")
+SEEDS = (0, 1, 2)
+
+
+@pytest.fixture(scope="module")
+def ranx_answers() -> dict:
+    """ranx's values for every collection below, computed once, without numba (tests/ranx_oracle.py)."""
+    jobs = []
+    for seed in SEEDS:
+        run, qrels = _random_collection(seed)
+        jobs.append({"evaluate": {"qrels": qrels, "run": run, "metrics": ORACLE_METRICS}})
+    run, qrels = _random_collection(7)
+    jobs.append({"evaluate": {"qrels": qrels, "run": run, "metrics": ["ndcg@10", "mrr@10"], "return_mean": False}})
+    answers = ranx_jobs(jobs)
+    return {**dict(zip(SEEDS, answers)), "per_query": answers[-1]}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_evaluate_run_matches_ranx(seed: int, ranx_answers) -> None:
     run, qrels = _random_collection(seed)
     ours = evaluate_run(run, qrels, ORACLE_METRICS)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # numba type-safety chatter
-        theirs = ranx.evaluate(ranx.Qrels(qrels), ranx.Run(run), ORACLE_METRICS, make_comparable=True)
+    theirs = ranx_answers[seed]
     for name in ORACLE_METRICS:
-        assert ours[name] == pytest.approx(float(theirs[name]), abs=1e-9), name
+        assert ours[name] == pytest.approx(theirs[name], abs=1e-9), name
 
 
-def test_per_query_values_match_ranx() -> None:
-    ranx = pytest.importorskip("ranx")
+def test_per_query_values_match_ranx(ranx_answers) -> None:
     run, qrels = _random_collection(7)
     ours = evaluate_run(run, qrels, ["ndcg@10", "mrr@10"], per_query=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        theirs = ranx.evaluate(
-            ranx.Qrels(qrels), ranx.Run(run), ["ndcg@10", "mrr@10"], return_mean=False, make_comparable=True
-        )
+    theirs = ranx_answers["per_query"]
     qids = sorted(qrels)  # ranx orders queries by id, as evaluate_run does
     for name in ("ndcg@10", "mrr@10"):
-        assert [ours[name][q] for q in qids] == pytest.approx([float(v) for v in theirs[name]], abs=1e-9)
+        assert [ours[name][q] for q in qids] == pytest.approx(theirs[name], abs=1e-9)

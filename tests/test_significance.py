@@ -1,5 +1,6 @@
 """The paired randomization test: exact arithmetic on tiny inputs, Monte Carlo against the exact
-answer, against ranx's Fisher test on the SciFact runs, and what the release gate says with 3 cases."""
+answer, against ranx's Fisher test and scipy's permutation test (on the SciFact runs), and what the
+release gate says with 3 cases."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
+from ranx_oracle import ranx_jobs
 
 import labsrc
 from labsrc.datasets import find_dataset_dir, missing_data_reason
@@ -136,26 +138,51 @@ def test_too_few_pairs_say_why_instead_of_a_p_value():
 SCIFACT = find_dataset_dir("scifact")
 
 
+def _scipy_p_value(differences: np.ndarray, permutations: int) -> float:
+    """scipy's paired sign-flip permutation test of the mean difference, two-sided (an independent oracle)."""
+    stats = pytest.importorskip("scipy.stats", reason="scipy (dev extra)")
+    result = stats.permutation_test((differences,), lambda d, axis: np.mean(d, axis=axis), vectorized=True,
+                                    permutation_type="samples", n_resamples=permutations, alternative="two-sided",
+                                    random_state=np.random.default_rng(7))
+    return float(result.pvalue)
+
+
+def test_p_values_agree_with_ranx_fisher():
+    # ranx's own Fisher test (the one ranx.compare runs), run without numba (tests/ranx_oracle.py) on 30 paired
+    # queries whose lanes differ (p of a few percent) or not (p well above 0.05).
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0, 1, 30)
+    pairs = {"a gain": (base, np.clip(base + rng.normal(0.08, 0.15, 30), 0, 1)),
+             "no gain": (base, np.clip(base + rng.normal(0.0, 0.15, 30), 0, 1))}
+    jobs = [{"fisher": {"control": list(a), "treatment": list(b), "n_permutations": 5_000, "seed": 42}}
+            for a, b in pairs.values()]
+    theirs = dict(zip(pairs, ranx_jobs(jobs)))
+    for name, (a, b) in pairs.items():
+        ours = randomization_test(list(a), list(b), permutations=5_000)
+        # Two independent 5,000-draw estimates: each has standard error <= 0.0071.
+        assert abs(ours - theirs[name]) < 0.03, (name, ours, theirs[name])
+    assert theirs["a gain"] < 0.05 < theirs["no gain"]  # the two pairs test different things
+
+
 @pytest.mark.skipif(SCIFACT is None, reason=missing_data_reason("scifact"))
-def test_p_values_agree_with_ranx_fisher_on_scifact():
-    ranx = pytest.importorskip("ranx", reason="ranx (dev extra)")
+def test_p_values_agree_with_a_permutation_test_on_scifact():
     from labsrc.evaluation.benchmark import load_lanes, run_benchmark
+    from labsrc.evaluation.metrics import evaluate_run
 
     lanes = load_lanes(SCIFACT)
     result = run_benchmark(lanes, split="test", depth=100)
     qrels = {q: dict(v) for q, v in lanes.dataset.split_qrels("test").items()}
-    runs = [ranx.Run({q: dict(result.runs[lane].get(q, {})) for q in qrels}, name=lane) for lane in result.runs]
-    report = ranx.compare(
-        ranx.Qrels(qrels), runs, ["ndcg@10"], stat_test="fisher", n_permutations=10_000, random_seed=42,
-        make_comparable=True,
-    )
+    per_query = {lane: evaluate_run({q: dict(result.runs[lane].get(q, {})) for q in qrels}, qrels, ["ndcg@10"],
+                                    per_query=True)["ndcg@10"] for lane in result.runs}
     ours = {(c.baseline, c.lane): c for c in result.significance.comparisons}
     assert set(ours) == set(itertools.combinations(result.runs, 2))  # 4 lanes: 6 pairs
     for (baseline, lane), c in ours.items():
-        theirs = report.comparisons[baseline, lane]["ndcg@10"]["p_value"]
+        _, differences = paired_differences(per_query[baseline], per_query[lane])
+        theirs = _scipy_p_value(differences, 10_000)
         # Two independent 10,000-draw estimates: each has standard error <= 0.005.
         assert abs(c.p_value - theirs) < 0.02, (baseline, lane, c.p_value, theirs)
         assert c.lane_mean - c.baseline_mean == pytest.approx(c.difference)
+        assert differences.mean() == pytest.approx(c.difference)
     assert ours["bm25", "rrf"].p_value < 0.01  # RRF's gain over BM25 (+0.036 nDCG@10) is no accident
     assert ours["rrf", "convex"].p_value > 0.05  # convex's +0.010 over RRF could be
 

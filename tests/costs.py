@@ -1,0 +1,136 @@
+"""What the test suite spends, module by module: ``LABSRC_TEST_COSTS=FILE pytest -n 0``.
+
+A pytest plugin (tests/conftest.py loads it when the variable is set) that charges each
+test module with its wall time (setup, call and teardown of its items) and with what
+its tests start: subprocesses (``subprocess.Popen``, the CLI and pytest runs), forks
+(``os.fork``: the gate's workers, multiprocessing), embedded PostgreSQL servers
+(``EmbeddedServer``) and Jupyter kernels (nbval and the student-twin runs). At the end
+of the session it writes the table as Markdown to FILE, most expensive module first;
+docs/development.md keeps the one measured last. Run it without xdist (``-n 0``): the
+counts are made in the process that runs the tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+KINDS = ("subprocesses", "forks", "servers", "kernels")
+
+_lock = threading.Lock()
+_current: list[Ledger] = []  # the ledger charging now (at most one)
+_patched = False
+
+
+class Ledger:
+    """Seconds and starts per module; :meth:`charging` says which module pays for what starts now."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(KINDS, 0))
+        self.module: str | None = None
+        _install()
+
+    @contextlib.contextmanager
+    def charging(self, module: str) -> Iterator[None]:
+        with _lock:
+            _current.append(self)
+        self.module = module
+        self.counts[module]  # a module that starts nothing is listed too
+        try:
+            yield
+        finally:
+            self.module = None
+            with _lock:
+                _current.remove(self)
+
+    def count(self, kind: str) -> None:
+        if self.module is not None:
+            self.counts[self.module][kind] += 1
+
+    def add_time(self, module: str, seconds: float) -> None:
+        self.seconds[module] += seconds
+
+    def rows(self) -> list[dict]:
+        modules = set(self.seconds) | set(self.counts)
+        rows = [{"module": m, "seconds": round(self.seconds.get(m, 0.0), 1), **self.counts[m]} for m in modules]
+        return sorted(rows, key=lambda r: (-r["seconds"], r["module"]))
+
+    def markdown(self) -> str:
+        head = "| module | seconds | " + " | ".join(KINDS) + " |"
+        lines = [head, "|---|---:|" + "---:|" * len(KINDS)]
+        for row in self.rows():
+            lines.append(f"| {row['module']} | {row['seconds']} | " + " | ".join(str(row[k]) for k in KINDS) + " |")
+        total = {k: sum(r[k] for r in self.rows()) for k in KINDS}
+        seconds = round(sum(self.seconds.values()), 1)
+        lines.append(f"| **all** | **{seconds}** | " + " | ".join(f"**{total[k]}**" for k in KINDS) + " |")
+        return "\n".join(lines) + "\n"
+
+
+def _charge(kind: str) -> None:
+    with _lock:
+        ledgers = list(_current)
+    for ledger in ledgers:
+        ledger.count(kind)
+
+
+def _wrap(owner: object, name: str, kind: str) -> None:
+    original = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        _charge(kind)
+        return original(*args, **kwargs)
+
+    counted.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(owner, name, counted)
+
+
+def _install() -> None:
+    """Count every start, once per process (the wrappers charge only while a ledger is charging)."""
+    global _patched
+    with _lock:
+        if _patched:
+            return
+        _patched = True
+    _wrap(subprocess.Popen, "__init__", "subprocesses")
+    _wrap(os, "fork", "forks")
+    with contextlib.suppress(ImportError):
+        from labsrc.engines.server import EmbeddedServer
+
+        _wrap(EmbeddedServer, "__init__", "servers")
+    with contextlib.suppress(ImportError):
+        from jupyter_client.manager import KernelManager
+
+        _wrap(KernelManager, "start_kernel", "kernels")
+        _wrap(KernelManager, "_async_start_kernel", "kernels")
+
+
+class CostPlugin:
+    """The pytest side: each item's phases are charged to its file."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.ledger = Ledger()
+
+    @staticmethod
+    def _module(item: pytest.Item) -> str:
+        return item.path.relative_to(item.config.rootpath).as_posix()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        with self.ledger.charging(self._module(item)):
+            return (yield)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        module = report.nodeid.split("::", 1)[0]
+        self.ledger.add_time(module, report.duration)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.out.write_text(self.ledger.markdown(), encoding="utf-8")

@@ -1,0 +1,37 @@
+"""tests/costs.py: the suite's cost report counts what it says it counts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import costs
+
+
+def test_the_report_counts_subprocesses_and_forks_per_module(tmp_path):
+    ledger = costs.Ledger()
+    with ledger.charging("tests/test_example.py"):
+        subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60)
+        subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    with ledger.charging("tests/test_other.py"):
+        subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60)
+    ledger.add_time("tests/test_example.py", 2.5)
+    ledger.add_time("tests/test_other.py", 1.0)
+    rows = {row["module"]: row for row in ledger.rows()}
+    assert (rows["tests/test_example.py"]["subprocesses"], rows["tests/test_example.py"]["forks"]) == (2, 1)
+    assert (rows["tests/test_other.py"]["subprocesses"], rows["tests/test_other.py"]["forks"]) == (1, 0)
+    assert [row["module"] for row in ledger.rows()] == ["tests/test_example.py", "tests/test_other.py"]  # by time
+    table = ledger.markdown()
+    assert table.splitlines()[0].startswith("| module | seconds |")
+    assert "| tests/test_example.py | 2.5 | 2 | 1 |" in table
+
+
+def test_outside_a_charge_nothing_is_counted():
+    ledger = costs.Ledger()
+    subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60)
+    assert ledger.rows() == []
