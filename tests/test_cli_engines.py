@@ -11,10 +11,14 @@ import pytest
 from pg_support import requires_postgres, start_server
 from test_cli import FAST, FILES, LESSON, copy_cases, gate_args, write_vector_dir
 
+import labsrc
+import labsrc.evaluation
 from labsrc.cli.main import main
 from labsrc.engines import INSTALL_POSTGRES
 
-TIMING = re.compile(r"^(authorize|bm25|dense|fusion)\s+[\d.]+\s+[\d.]+", re.MULTILINE)
+#: A latency row: its timings vary, and its budgets are the engine's own (labsrc.evaluation.budgets).
+TIMING = re.compile(r"^(authorize|bm25|dense|fusion)\s+[\d.]+\s+[\d.]+\s+[\d.]+/[\d.]+", re.MULTILINE)
+BUDGETS = re.compile(r"^(authorize|bm25|dense|fusion)\s+[\d.]+\s+[\d.]+\s+([\d.]+)/([\d.]+)", re.MULTILINE)
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +33,16 @@ def without_timings(out: str) -> str:
 
 @requires_postgres
 def test_report_is_the_same_on_both_engines(tmp_path: Path, capsys) -> None:
-    runs = {}
+    runs, budgets = {}, {}
     for engine in ("memory", "postgres"):
         code = main(["report", "--engine", engine, "--out", str(tmp_path / engine), *FAST])
-        runs[engine] = (code, without_timings(capsys.readouterr().out))
+        out = capsys.readouterr().out
+        runs[engine] = (code, without_timings(out))
+        budgets[engine] = {stage: (float(p50), float(p95)) for stage, p50, p95 in BUDGETS.findall(out)}
     assert runs["postgres"] == runs["memory"]
+    # The lesson's config holds the in-memory budgets; on the engine, a round trip a stage, its own apply.
+    assert budgets["memory"] == {s: (b, b) for s, b in labsrc.RETRIEVAL_BUDGET_MS.items()}
+    assert budgets["postgres"] == {s: (b, b) for s, b in labsrc.evaluation.POSTGRES_BUDGET_MS.items()}
     assert runs["postgres"][0] == 0 and "all tested gates pass" in runs["postgres"][1]
     docs = {e: json.loads((tmp_path / e / "report.json").read_text()) for e in runs}
     assert docs["postgres"]["recall"] == docs["memory"]["recall"]

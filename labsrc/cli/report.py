@@ -17,6 +17,7 @@ from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir, lesson
 from labsrc.gate.config import LANES, MAX_REPETITIONS, GateConfig, load_gate_config
 from labsrc.errors import InvalidArgument
+from labsrc.evaluation.budgets import engine_budgets
 from labsrc.gate.gates import GateRun, gate_retriever
 from labsrc.gate.generated import CASES_FILE
 from labsrc.reports.report import (
@@ -145,6 +146,10 @@ def apply_overrides(config: GateConfig, args: argparse.Namespace) -> GateConfig:
                         ("concurrency", "concurrency"), ("probe_budget", "probe_budget")):
         if getattr(args, option, None) is not None:
             values[key] = getattr(args, option)
+    # The default budgets are the in-memory engine's; on PostgreSQL (a round trip a stage) they get its own.
+    engine = getattr(args, "engine", None) or "memory"
+    for key in ("p50_budget_ms", "p95_budget_ms"):
+        values[key] = dict(engine_budgets(getattr(config, key), engine))
     try:
         return GateConfig(**values)
     except InvalidArgument as exc:  # name the option, not the config key, when the option set it

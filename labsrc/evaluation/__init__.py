@@ -38,7 +38,10 @@ from labsrc.evaluation.benchmark import (
 )
 from labsrc.evaluation.budgets import (
     BUDGET_STAGES,
+    ENGINE_BUDGET_MS,
+    engine_budgets,
     exceeded_retrieval_budgets,
+    POSTGRES_BUDGET_MS,
     REQUEST_STAGE,
     RETRIEVAL_BUDGET_MS,
     STAGES,
@@ -113,7 +116,10 @@ __all__ = [
     "describe_exception",
     "evaluate_lanes",
     "evaluate_run",
+    "ENGINE_BUDGET_MS",
+    "engine_budgets",
     "exceeded_retrieval_budgets",
+    "POSTGRES_BUDGET_MS",
     "Factory",
     "factory_name",
     "hit_at_k",
