@@ -41,6 +41,18 @@ def permitted(data: labsrc.Lesson) -> list[labsrc.PolicyChunk]:
     return labsrc.permitted_chunks(data.luna, data.chunks, data.eval_date)
 
 
+@pytest.fixture(scope="session")
+def server():
+    """One embedded PostgreSQL server for every engine test that can share it (one per xdist worker).
+
+    Each test module loads its own store (a schema and a reader role of its own) into it. Modules
+    that stop, kill or clean the server define a module-scoped ``server`` of their own, saying why.
+    """
+    from pg_support import start_server
+
+    yield from start_server()
+
+
 @pytest.fixture(scope="module")
 def monkeypatch_module():
     """A monkeypatch that hypothesis tests can use (function-scoped fixtures are reset per example)."""

@@ -1,4 +1,5 @@
-"""Shared helpers for the PostgreSQL engine's tests: one embedded server per test module, and lane comparisons.
+"""Shared helpers for the PostgreSQL engine's tests: embedded servers (the session's is the ``server`` fixture in
+tests/conftest.py) and lane comparisons.
 
 Without the ``postgres`` extra every engine test is skipped with the install command as the reason.
 """
@@ -16,7 +17,7 @@ requires_postgres = pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REAS
 
 
 def start_server():
-    """A module-scoped embedded server (use as a pytest fixture body: ``yield from start_server()``)."""
+    """An embedded server for a fixture (its body: ``yield from start_server()``), stopped when the fixture ends."""
     if SKIP_REASON is not None:
         pytest.skip(SKIP_REASON)
     server = EmbeddedServer()

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pg_support import requires_postgres, start_server
+from pg_support import requires_postgres
 from test_cli import FAST, FILES, LESSON, copy_cases, gate_args, write_vector_dir
 
 import labsrc
@@ -19,11 +19,6 @@ from labsrc.engines import INSTALL_POSTGRES
 #: A latency row: its timings vary, and its budgets are the engine's own (labsrc.evaluation.budgets).
 TIMING = re.compile(r"^(authorize|bm25|dense|fusion)\s+[\d.]+\s+[\d.]+\s+[\d.]+/[\d.]+", re.MULTILINE)
 BUDGETS = re.compile(r"^(authorize|bm25|dense|fusion)\s+[\d.]+\s+[\d.]+\s+([\d.]+)/([\d.]+)", re.MULTILINE)
-
-
-@pytest.fixture(scope="module")
-def server():
-    yield from start_server()
 
 
 def without_timings(out: str) -> str:

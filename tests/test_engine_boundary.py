@@ -14,7 +14,7 @@ import datetime as dt
 
 import psycopg
 import pytest
-from pg_support import lanes_of, requires_postgres, start_server
+from pg_support import lanes_of, requires_postgres
 
 import labsrc
 from labsrc.engines import PostgresRetriever, RequestSigner, bm25_statistics
@@ -24,11 +24,6 @@ pytestmark = requires_postgres
 TERMS = ["refund", "refurbished", "laptop", "vip", "merchant"]
 VIP = labsrc.Caller("vip-ops-1", "EU", {"support:eu", "merchant:vip-ops"})
 OLD_DAY = dt.date(2025, 6, 1)  # the superseded v1 rule is in force
-
-
-@pytest.fixture(scope="module")
-def server():
-    yield from start_server()
 
 
 @pytest.fixture(scope="module")

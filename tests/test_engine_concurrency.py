@@ -13,8 +13,7 @@ import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-from pg_support import lanes_of, replay_stable, requires_postgres, start_server
+from pg_support import lanes_of, replay_stable, requires_postgres
 from test_properties import ENCODER
 
 import labsrc
@@ -58,11 +57,6 @@ def callers() -> list[labsrc.Caller]:
     picked = sets[:: len(sets) // 40][:40]
     assert len(set(picked)) == 40
     return [labsrc.Caller(f"actor-{n}", region, tags) for n, (region, tags) in enumerate(picked)]
-
-
-@pytest.fixture(scope="module")
-def server():
-    yield from start_server()
 
 
 def test_sixteen_threads_forty_permission_sets_every_result_equals_the_request_alone(server):

@@ -17,7 +17,7 @@ import json
 from contextlib import contextmanager
 
 import pytest
-from pg_support import requires_postgres, start_server
+from pg_support import requires_postgres
 from test_engine_concurrency import DAY, corpus
 from test_properties import ENCODER
 
@@ -42,14 +42,9 @@ CALLER = labsrc.Caller("tenant-eu", "EU", {"support:eu"})
 
 
 @pytest.fixture(scope="module")
-def engine():
-    server_gen = start_server()
-    server = next(server_gen)
-    try:
-        with PostgresRetriever(corpus(), ENCODER, dsn=server.dsn) as retriever:
-            yield retriever
-    finally:
-        server_gen.close()
+def engine(server):
+    with PostgresRetriever(corpus(), ENCODER, dsn=server.dsn) as retriever:
+        yield retriever
 
 
 def figures(plan: dict) -> list[tuple[str, str, object]]:

@@ -37,6 +37,7 @@ FAST = Timeouts(connect=2, statement=2, lock=1)
 
 @pytest.fixture(scope="module")
 def server():
+    """A server of its own: these tests stop and kill it (the others share the session's, tests/conftest.py)."""
     yield from start_server()
 
 

@@ -14,7 +14,7 @@ import datetime as dt
 import random
 
 import pytest
-from pg_support import lesson_callers, owner_session, requires_postgres, start_server
+from pg_support import lesson_callers, owner_session, requires_postgres
 
 import labsrc
 from labsrc.engines import PostgresRetriever, bm25_statistics
@@ -32,11 +32,6 @@ KEPT = """
 SELECT region, acl_tag, effective_from, effective_to, n_docs, total_len
 FROM lab_group_stats ORDER BY 1, 2, 3, 4 NULLS FIRST
 """
-
-
-@pytest.fixture(scope="module")
-def server():
-    yield from start_server()
 
 
 @pytest.fixture()

@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import pytest
 
-from pg_support import requires_postgres, start_server
+from pg_support import requires_postgres
 
 import labsrc
 from labsrc.engines import (
@@ -68,13 +68,12 @@ def test_float8_array_refuses_anything_else_naming_what_it_got(data, names):
 
 
 @requires_postgres
-def test_float8_array_decodes_what_the_server_sends_bit_for_bit():
+def test_float8_array_decodes_what_the_server_sends_bit_for_bit(server):
     import psycopg
 
     values = [0.1, 1 / 3, -0.0, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, -123.456, 1e-7]
-    for server in start_server():
-        with psycopg.connect(server.dsn, autocommit=True) as conn:
-            (data,) = conn.execute("SELECT array_send(%s::float8[])", (values,)).fetchone()
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        (data,) = conn.execute("SELECT array_send(%s::float8[])", (values,)).fetchone()
     decoded = float8_array(bytes(data))
     assert decoded.view(np.uint64).tolist() == np.asarray(values).view(np.uint64).tolist()  # -0.0 stays -0.0
 
@@ -103,19 +102,18 @@ def test_staging_rows_escape_a_row_with_a_nul_in_a_term_term_by_term():
 
 
 @requires_postgres
-def test_staging_rows_reach_the_server_as_the_terms_they_are():
+def test_staging_rows_reach_the_server_as_the_terms_they_are(server):
     import psycopg
 
     terms = ["a\\b", 'say "hi"', "NULL", "", "{x,y}", "tab\there", "new\nline", "cr\rx", "é", "a,b", "'q'"]
     ids = ["id\t1\\", "plain", "new\nline id"]
     lengths, text = staging_rows([(i, "ignored") for i in ids], lambda _: terms + ["NULL"])
     assert lengths == [len(terms) + 1] * 3
-    for server in start_server():
-        with psycopg.connect(server.dsn, autocommit=True) as conn:
-            conn.execute('CREATE TEMP TABLE t (chunk_id text COLLATE "C", terms text[], tfs int4[])')
-            with conn.cursor() as cur, cur.copy(_TERMS_COPY.replace("lab_load_terms", "t")) as copy:
-                copy.write(text)
-            rows = conn.execute("SELECT chunk_id, terms, tfs FROM t").fetchall()
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute('CREATE TEMP TABLE t (chunk_id text COLLATE "C", terms text[], tfs int4[])')
+        with conn.cursor() as cur, cur.copy(_TERMS_COPY.replace("lab_load_terms", "t")) as copy:
+            copy.write(text)
+        rows = conn.execute("SELECT chunk_id, terms, tfs FROM t").fetchall()
     want_tfs = [2 if t == "NULL" else 1 for t in terms]
     assert rows == [(i, terms, want_tfs) for i in ids]  # COPY and array syntax read back every term as it was
 

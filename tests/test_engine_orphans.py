@@ -43,6 +43,7 @@ if ending == "wait":
 
 @pytest.fixture(scope="module")
 def server():
+    """A server of its own: the orphan cleaner it tests works on the whole cluster (the others share the session's, tests/conftest.py)."""
     yield from start_server()
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from pg_support import lanes_of, requires_postgres, start_server
+from pg_support import lanes_of, requires_postgres
 
 import labsrc
 from labsrc.engines import PostgresRetriever, leftover_state
@@ -22,11 +22,6 @@ from labsrc.engines import PostgresRetriever, leftover_state
 pytestmark = requires_postgres
 
 QUERIES = ("refund laptop", "RPL-14", "damaged parcel", "vip escalation")
-
-
-@pytest.fixture(scope="module")
-def server():
-    yield from start_server()
 
 
 @pytest.fixture

@@ -5,17 +5,12 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from pg_support import lanes_of, replay_stable, requires_postgres, start_server
+from pg_support import lanes_of, replay_stable, requires_postgres
 
 import labsrc
 from labsrc.engines import PostgresRetriever, RetrieverUnderTest
 
 pytestmark = requires_postgres
-
-
-@pytest.fixture(scope="module")
-def server():
-    yield from start_server()
 
 
 @pytest.fixture(scope="module")

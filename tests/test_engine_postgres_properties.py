@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from pg_support import lanes_of, replay_stable, requires_postgres, start_server
+from pg_support import lanes_of, replay_stable, requires_postgres
 from strategies import BASE_DAY, invisible_chunks, scenarios
 from test_properties import ENCODER, fixture_vectors
 
@@ -26,11 +25,6 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-
-
-@pytest.fixture(scope="module")
-def server():
-    yield from start_server()
 
 
 def observe(retriever, query, caller, on_date, top_k):

@@ -32,6 +32,7 @@ EXTRA_QUERIES = ("refund", "laptop", "rule", "")  # ties (one shared term), and 
 
 @pytest.fixture(scope="module")
 def server():
+    """A server of its own: its replica streams the whole cluster, and the tests stop it (the others share the session's, tests/conftest.py)."""
     yield from start_server()
 
 

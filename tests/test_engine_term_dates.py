@@ -13,7 +13,7 @@ import datetime as dt
 import random
 
 import pytest
-from pg_support import lesson_callers, owner_session, requires_postgres, start_server
+from pg_support import lesson_callers, owner_session, requires_postgres
 
 from labsrc.engines import PostgresRetriever, bm25_statistics
 
@@ -29,11 +29,6 @@ DAYS = (
 WRITE_DAYS = tuple(dt.date(2024, 12, 1) + dt.timedelta(days=45 * k) for k in range(20))
 COUNT = "SELECT term, count(*) FROM lab_postings WHERE term = ANY (%s) GROUP BY term ORDER BY term"
 VISIBLE_DF = "SELECT term, df FROM lab_visible_df(%s) ORDER BY term"
-
-
-@pytest.fixture(scope="module")
-def server():
-    yield from start_server()
 
 
 @pytest.fixture()

@@ -50,3 +50,40 @@ def test_the_record_pages_lines_of_chunks_and_vectors_load(tmp_path):
     (tmp_path / "chunks.jsonl").write_text(chunk, encoding="utf-8")
     assert load_chunks(tmp_path / "chunks.jsonl")[0].chunk_id == "eu-refurb-v2-rule"
     assert load_vectors(tmp_path / "vectors.json").documents["eu-refurb-v2-rule"].tolist() == [1.0, 0.0, 0.0]
+
+
+def _dependency_closure(extra: str) -> set[str]:
+    """The distributions ``pip install .`` (``extra=""``) or ``pip install ".[extra]"`` installs, the lab included,
+    as this environment's metadata resolves them (the same versions a fresh install on this index picks)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    def wanted(requirement: Requirement, extras: set[str]) -> bool:
+        marker = requirement.marker
+        return marker is None or any(marker.evaluate({"extra": e}) for e in {"", *extras})
+
+    lab = metadata.distribution("hybrid-retrieval-lab")
+    stack = [r for r in map(Requirement, lab.requires or []) if wanted(r, {extra} if extra else set())]
+    seen = {"hybrid-retrieval-lab"}
+    done: set[tuple[str, frozenset[str]]] = set()
+    while stack:
+        requirement = stack.pop()
+        name, extras = canonicalize_name(requirement.name), frozenset(requirement.extras)
+        if (name, extras) in done:
+            continue
+        done.add((name, extras))
+        seen.add(name)
+        stack.extend(r for r in map(Requirement, metadata.distribution(requirement.name).requires or [])
+                     if wanted(r, set(extras)))
+    return seen
+
+
+def test_the_install_tables_package_counts_are_what_pip_installs():
+    # Issue 49: the README said 16 packages where the wheel installed 14.
+    text = README.read_text(encoding="utf-8")
+    quoted = dict(re.findall(r'^\| [^|]+\| `pip install (\.|-e "\.\[dev\]")`[^|]*\| ([\d,]+) packages', text, re.M))
+    assert set(quoted) == {".", '-e ".[dev]"'}, quoted
+    assert int(quoted["."]) == len(_dependency_closure("")), sorted(_dependency_closure(""))
+    assert int(quoted['-e ".[dev]"'].replace(",", "")) == len(_dependency_closure("dev"))
