@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,11 +13,26 @@ from tiers import SMOKE_MODULES, smoke_only
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Under pytest-xdist each worker gets a temporary folder of its own (for itself and every process it starts),
+    # so a test that checks it left no labsrc-* folder behind does not see another worker's live ones.
+    if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+        own = tempfile.mkdtemp(prefix=f"labsrc-tests-{worker}-")
+        os.environ["TMPDIR"] = tempfile.tempdir = own
+        config.add_cleanup(lambda: shutil.rmtree(own, ignore_errors=True))
     # LABSRC_TEST_COSTS=FILE pytest -n 0: seconds, subprocesses, forks, servers and kernels per module (tests/costs.py).
     if out := os.environ.get("LABSRC_TEST_COSTS"):
         from costs import CostPlugin
 
         config.pluginmanager.register(CostPlugin(Path(out).resolve()), "labsrc-test-costs")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``loadfile``, with the heaviest files first and the student twins one test at a time (tests/scheduling.py)."""
+    if config.getvalue("dist") != "loadfile":  # another --dist given on the command line is left to xdist
+        return None
+    from scheduling import SuiteScheduling
+
+    return SuiteScheduling(config, log)
 
 
 def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
