@@ -6,13 +6,15 @@ its tests start: subprocesses (``subprocess.Popen``, the CLI and pytest runs), f
 (``os.fork``: the gate's workers, multiprocessing), embedded PostgreSQL servers
 (``EmbeddedServer``) and Jupyter kernels (nbval and the student-twin runs). At the end
 of the session it writes the table as Markdown to FILE, most expensive module first;
-docs/development.md keeps the one measured last. Run it without xdist (``-n 0``): the
-counts are made in the process that runs the tests.
+docs/development.md keeps the one measured last. Under pytest-xdist each worker counts
+what it runs and leaves its rows in ``FILE.<worker>.json``; the controller adds them up
+into FILE and removes them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import threading
@@ -62,6 +64,13 @@ class Ledger:
         modules = set(self.seconds) | set(self.counts)
         rows = [{"module": m, "seconds": round(self.seconds.get(m, 0.0), 1), **self.counts[m]} for m in modules]
         return sorted(rows, key=lambda r: (-r["seconds"], r["module"]))
+
+    def merge(self, rows: list[dict]) -> None:
+        """Add another process's :meth:`rows` (an xdist worker's) to this ledger."""
+        for row in rows:
+            self.seconds[row["module"]] += row["seconds"]
+            for kind in KINDS:
+                self.counts[row["module"]][kind] += row[kind]
 
     def markdown(self) -> str:
         head = "| module | seconds | " + " | ".join(KINDS) + " |"
@@ -133,4 +142,10 @@ class CostPlugin:
         self.ledger.add_time(module, report.duration)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+            Path(f"{self.out}.{worker}.json").write_text(json.dumps(self.ledger.rows()), encoding="utf-8")
+            return
+        for part in sorted(self.out.parent.glob(f"{self.out.name}.gw*.json")):
+            self.ledger.merge(json.loads(part.read_text(encoding="utf-8")))
+            part.unlink()
         self.out.write_text(self.ledger.markdown(), encoding="utf-8")

@@ -9,7 +9,7 @@ process and the lab's own process (and every other library in it) keeps numba.
 
 ``ranx_jobs(jobs)`` runs a list of jobs in one child and returns their results:
 
-* ``{"evaluate": {"qrels": ..., "run": ..., "metrics": [...], "return_mean": bool}}``
+* ``{"evaluate": {"qrels": ..., "run": ... or "run_file": TREC path, "metrics": [...], "return_mean": bool}}``
   → ``ranx.evaluate(..., make_comparable=True)`` as ``{metric: float}`` (mean) or
   ``{metric: [per-query floats]}`` (queries in ranx's order, sorted ids);
 * ``{"fisher": {"control": [...], "treatment": [...], "n_permutations": n, "seed": s}}``
@@ -33,8 +33,9 @@ import ranx
 from ranx.statistical_tests.fisher_randomization_test import fisher_randomization_test
 
 def evaluate(job):
-    out = ranx.evaluate(ranx.Qrels(job["qrels"]), ranx.Run(job["run"]), job["metrics"],
-                        return_mean=job.get("return_mean", True), make_comparable=True)
+    run = ranx.Run.from_file(job["run_file"], kind="trec") if "run_file" in job else ranx.Run(job["run"])
+    out = ranx.evaluate(ranx.Qrels(job["qrels"]), run, job["metrics"],
+                        return_mean=job.get("return_mean", True), make_comparable=job.get("make_comparable", True))
     if isinstance(out, dict):
         return {k: (float(v) if np.ndim(v) == 0 else [float(x) for x in v]) for k, v in out.items()}
     return float(out)

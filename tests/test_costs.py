@@ -35,3 +35,12 @@ def test_outside_a_charge_nothing_is_counted():
     ledger = costs.Ledger()
     subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60)
     assert ledger.rows() == []
+
+
+def test_a_workers_rows_add_up_in_the_controller():
+    ledger = costs.Ledger()
+    ledger.add_time("tests/test_a.py", 1.0)
+    ledger.merge([{"module": "tests/test_a.py", "seconds": 2.0, "subprocesses": 3, "forks": 0, "servers": 1,
+                   "kernels": 0}])
+    assert ledger.rows() == [{"module": "tests/test_a.py", "seconds": 3.0, "subprocesses": 3, "forks": 0,
+                              "servers": 1, "kernels": 0}]
