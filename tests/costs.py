@@ -1,4 +1,4 @@
-"""What the test suite spends, module by module: ``LABSRC_TEST_COSTS=FILE pytest -n 0``.
+"""What the test suite spends, module by module: ``LABSRC_TEST_COSTS=FILE pytest``.
 
 A pytest plugin (tests/conftest.py loads it when the variable is set) that charges each
 test module with its wall time (setup, call and teardown of its items) and with what
