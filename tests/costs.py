@@ -115,10 +115,10 @@ def _install() -> None:
 
         _wrap(EmbeddedServer, "__init__", "servers")
     with contextlib.suppress(ImportError):
-        from jupyter_client.manager import KernelManager
+        from jupyter_client.manager import AsyncKernelManager, KernelManager
 
-        _wrap(KernelManager, "start_kernel", "kernels")
-        _wrap(KernelManager, "_async_start_kernel", "kernels")
+        _wrap(KernelManager, "start_kernel", "kernels")  # nbval
+        _wrap(AsyncKernelManager, "start_kernel", "kernels")  # nbclient (the student twins)
 
 
 class CostPlugin:

@@ -54,7 +54,8 @@ def test_the_record_pages_lines_of_chunks_and_vectors_load(tmp_path):
 
 def _dependency_closure(extra: str) -> set[str]:
     """The distributions ``pip install .`` (``extra=""``) or ``pip install ".[extra]"`` installs, the lab included,
-    as this environment's metadata resolves them (the same versions a fresh install on this index picks)."""
+    as this environment's metadata resolves them. In CI that is a fresh dev install, so the count is what a fresh
+    install on this index gives; an older environment (other versions, other dependencies) may count otherwise."""
     from importlib import metadata
 
     from packaging.requirements import Requirement
