@@ -34,7 +34,8 @@ RETRIEVAL_BUDGET_MS: Mapping[str, float] = MappingProxyType({"authorize": 10, "b
 #: round trip to the server, so the in-memory budgets leave it no margin: on this project's 2-core
 #: machine under a load of 4, the lesson on the engine measured p95 authorize 5.1-8.8 ms, bm25
 #: 8.4-8.6 ms, dense 2.8-4.4 ms, fusion 0.1-0.2 ms (three runs, 2026-11-27), and at a load of 6
-#: authorize 13.0 ms and bm25 14.6 ms (issue 49). These are about six times the loaded p95.
+#: authorize 13.0 ms and bm25 14.6 ms (issue 49); ten runs beside four busy loops (load 4.2-5.2) peaked
+#: at authorize 12.0 ms and bm25 11.2 ms. These budgets are four to six times the loaded p95.
 POSTGRES_BUDGET_MS: Mapping[str, float] = MappingProxyType({"authorize": 50, "bm25": 60, "dense": 60, "fusion": 8})
 
 #: Default budgets per engine (``--engine``): a config whose budgets are the in-memory defaults
