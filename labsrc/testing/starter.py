@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 from labsrc.errors import InvalidArgument
+from labsrc.records.files import fsync_dir, write_durable
 
 __all__ = ["STARTER_FILES", "STARTER_GATE_COMMAND", "starter_files", "write_starter"]
 
@@ -62,20 +63,6 @@ def _refuse(folder: Path) -> None:
         raise InvalidArgument(f"{folder} exists and is not empty: labsrc init never overwrites; name a new or empty folder")
 
 
-def _fsync(path: Path) -> None:
-    """Flush a folder's entries to disk (a no-op where folders cannot be opened, as on Windows)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _stage(parent: Path, name: str, files: dict[str, bytes]) -> Path:
     """A hidden folder in ``parent`` holding ``files``, each flushed to disk."""
     # os.mkdir, not tempfile.mkdtemp: the folder gets the user's usual permissions (umask), not 0700.
@@ -89,12 +76,9 @@ def _stage(parent: Path, name: str, files: dict[str, bytes]) -> Path:
     for relative, data in files.items():
         target = staging / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
+        write_durable(target, lambda out, data=data: out.write(data))
     for sub in sorted({(staging / relative).parent for relative in files}, reverse=True):
-        _fsync(sub)
+        fsync_dir(sub)
     return staging
 
 
@@ -136,6 +120,6 @@ def write_starter(folder: str | Path) -> list[Path]:
         raise
     if moved:
         staging.rmdir()
-    _fsync(target.parent)
-    _fsync(target)
+    fsync_dir(target.parent)
+    fsync_dir(target)
     return [folder / name for name in files]
