@@ -4,8 +4,10 @@ when notebooks/ has a conftest too)."""
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import labsrc
+from labsrc.records.checksums import CHECKSUMS_FILE, checksums_json
 
 
 def make_chunk(chunk_id: str, text: str = "some policy text", **overrides: object) -> labsrc.PolicyChunk:
@@ -23,3 +25,15 @@ def make_chunk(chunk_id: str, text: str = "some policy text", **overrides: objec
     )
     fields.update(overrides)
     return labsrc.PolicyChunk(**fields)  # type: ignore[arg-type]
+
+
+def reseal(folder: Path) -> Path:
+    """Write ``folder``'s ``checksums.json`` again after a test edited its files, as anyone who can edit them can.
+
+    The digests catch damage, not an attacker (labsrc.records.checksums): a test
+    of the checks behind them (a planted pattern, an array out of range) reseals
+    the folder first, so that its edit reaches those checks.
+    """
+    names = [p.name for p in folder.iterdir() if p.name != CHECKSUMS_FILE]
+    (folder / CHECKSUMS_FILE).write_bytes(checksums_json(folder, names))
+    return folder

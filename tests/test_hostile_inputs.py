@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from factories import make_chunk
+from factories import make_chunk, reseal
 
 import labsrc
 from labsrc.cli.main import main
@@ -328,6 +328,7 @@ def _plant(folder: Path, **analyzer: object) -> None:
     params = json.loads(params_path.read_text(encoding="utf-8"))
     params["analyzer"].update(analyzer)
     params_path.write_text(json.dumps(params), encoding="utf-8")
+    reseal(folder)  # whoever plants a pattern can rewrite checksums.json too
 
 
 @pytest.mark.parametrize("pattern", ["(a+)+$", r"(\w+\s?)*$", "x" * 10_000, "("])

@@ -3,6 +3,7 @@ import time
 
 import numpy as np
 import pytest
+from factories import reseal
 
 import labsrc
 from labsrc.lanes.analysis import Analyzer, english_analyzer
@@ -78,6 +79,7 @@ def test_unfinished_or_corrupt_saves_are_refused(tmp_path):
 def test_wrong_array_length_is_refused(tmp_path):
     save_bm25_index(labsrc.BM25Index.build(DOCS), tmp_path)
     np.save(saved_file(tmp_path, "doc_len"), np.zeros(2))
+    reseal(tmp_path)  # past the checksums, to the shape check
     with pytest.raises(labsrc.InvalidRecord, match=r"doc_len\.npy.*shape"):
         load_bm25_index(tmp_path)
 
@@ -87,6 +89,7 @@ def test_unknown_analyzer_field_lists_valid_ones(tmp_path):
     params = json.loads((tmp_path / "params.json").read_text(encoding="utf-8"))
     params["analyzer"]["lowercase"] = True
     (tmp_path / "params.json").write_text(json.dumps(params), encoding="utf-8")
+    reseal(tmp_path)
     with pytest.raises(labsrc.InvalidRecord) as err:
         load_bm25_index(tmp_path)
     assert err.value.field == "analyzer" and "'pattern'" in str(err.value)
@@ -109,6 +112,7 @@ def test_an_index_saved_in_format_2_still_loads(tmp_path):
     # Format 2 kept positions and impacts in two files; loading packs them in memory.
     index = labsrc.BM25Index.build(DOCS, k1=0.9, b=0.4)
     save_bm25_index(index, tmp_path)
+    (tmp_path / "checksums.json").unlink()  # format 2 predates checksums
     postings = np.load(saved_file(tmp_path, "postings"))
     saved_file(tmp_path, "postings").unlink()
     np.save(tmp_path / "doc_pos.npy", postings[0])
@@ -146,7 +150,8 @@ def test_a_save_replaces_the_folder_whole_and_refuses_a_foreign_one(tmp_path):
     assert labsrc.BM25Index.load(tmp_path / "idx").n_docs == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]  # no staging or old folder left beside it
     assert sorted(p.name for p in (tmp_path / "idx").iterdir()) == [
-        "doc_len.npy", "ids.json", "params.json", "postings.npy", "ptr.npy", "tf.npy", "vocabulary.json"]  # fmt: skip
+        "checksums.json", "doc_len.npy", "ids.json", "params.json", "postings.npy", "ptr.npy", "tf.npy",
+        "vocabulary.json"]  # fmt: skip
     (tmp_path / "idx" / "notes.txt").write_text("mine", encoding="utf-8")
     with pytest.raises(labsrc.InvalidArgument, match="notes.txt"):
         labsrc.BM25Index.build(DOCS).save(tmp_path / "idx")
@@ -195,6 +200,7 @@ def test_a_damaged_index_is_refused_naming_the_file_and_field(tmp_path, tamper, 
     ext = "json" if file == "ids" else "npy"
     name = saved_file(tmp_path, file, ext).name
     tamper(tmp_path)
+    reseal(tmp_path)  # checksums rewritten after the edit (or none, saved before them): the checks behind them
     with pytest.raises(labsrc.InvalidRecord, match=rf"{name}, field '{field}'"):
         labsrc.BM25Index.load(tmp_path, mmap=mmap)
 
@@ -252,5 +258,6 @@ def test_an_unsigned_ptr_that_decreases_is_refused(tmp_path):
     params = json.loads((tmp_path / "params.json").read_text(encoding="utf-8"))
     params["dtypes"]["ptr"] = "<u8"
     (tmp_path / "params.json").write_text(json.dumps(params), encoding="utf-8")
+    reseal(tmp_path)
     with pytest.raises(labsrc.InvalidRecord, match=r"ptr\.npy, field 'ptr': must increase strictly"):
         labsrc.BM25Index.load(tmp_path)

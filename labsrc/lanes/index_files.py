@@ -25,6 +25,19 @@ only when the caller passes that analyzer (``analyzer=``), and then the saved
 description must equal it. A checksum in the file would not do: whoever can
 plant a pattern can rewrite the checksum too.
 
+**Checksums.** A save records the SHA-256 of every file it writes in
+``checksums.json`` (:mod:`labsrc.records.checksums`, as ``vectors/`` folders
+do), written last in the staging folder, so it is swapped in with the files it
+covers. A load checks the digests before it parses anything: one flipped bit in
+``postings.npy``, ``tf.npy`` or ``doc_len.npy`` can pass every check below (a
+position still in range, a value still finite) and change scores. A file whose
+digest differs is refused by name (field ``sha256``), and so is a file the list
+names that is missing, and a ``checksums.json`` that is malformed or leaves a
+file out. An index saved before the lab recorded digests (no ``checksums.json``)
+loads unchecked, as a ``vectors/`` folder without one does, with no warning;
+``BM25Index.load(folder).save(folder)`` gives it checksums. The digests catch
+damage, not an attacker (see the analyzers above).
+
 **Checked loads.** Every array is checked before it is used: dtype and shape
 against ``params.json``, ``ptr`` from 0 to the postings count and strictly
 increasing (every term has a posting), positions inside ``[0, n_docs)`` and
@@ -47,6 +60,7 @@ import numpy as np
 
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.analysis import LESSON_TOKEN_PATTERN, PROSE_TOKEN_PATTERN, Analyzer
+from labsrc.records.checksums import CHECKSUMS_FILE, checksums_json, verify_checksums
 from labsrc.records.files import (
     as_path,
     commit_dir,
@@ -71,7 +85,13 @@ INDEX_FORMAT = {"name": "labsrc-bm25-index", "version": 3}
 _ARRAYS = {"doc_len": "fiu", "ptr": "iu", "tf": "fiu", "postings": "i"}
 _ARRAYS_V2 = {"doc_len": "fiu", "ptr": "iu", "doc_pos": "iu", "tf": "fiu", "impact": "f"}
 #: The names a saved index's folder may hold (format 3, and format 2's two extra arrays).
-_OWNED = frozenset({f"{name}.npy" for name in {*_ARRAYS, *_ARRAYS_V2}} | {"ids.json", "vocabulary.json", "params.json"})
+_OWNED = frozenset(
+    {f"{name}.npy" for name in {*_ARRAYS, *_ARRAYS_V2}} | {"ids.json", "vocabulary.json", "params.json", CHECKSUMS_FILE}
+)
+#: The files a save writes and checksums.json must cover (format 3; format 2 predates checksums).
+_WRITTEN = (*(f"{name}.npy" for name in _ARRAYS), "ids.json", "vocabulary.json", "params.json")
+#: The end of the message refusing a file whose SHA-256 changed.
+_REMEDY = "restore the folder from a copy, or build the index and save it again (BM25Index.build(...).save(folder))"
 
 
 #: The token patterns a loaded index may restore on its own: those of the lab's analyzers
@@ -210,6 +230,8 @@ def _write(index: Any, directory: Path, analyzer: dict[str, Any]) -> None:
         "analyzer": analyzer,
     }
     write_durable(directory / "params.json", lambda h: h.write(_json_bytes(params, indent=2)))
+    checksums = checksums_json(directory, _WRITTEN)  # last, inside the same atomic swap
+    write_durable(directory / CHECKSUMS_FILE, lambda h: h.write(checksums))
 
 
 # --- reading ----------------------------------------------------------------------------
@@ -281,6 +303,7 @@ def read_index(directory: str | Path, mmap: bool, analyzer: Analyzer | None = No
 
 
 def _read(directory: Path, mmap: bool, given: Analyzer | None) -> dict[str, Any]:
+    verify_checksums(directory, required=_WRITTEN, remedy=_REMEDY)  # first, before anything is parsed
     params_path = directory / "params.json"
     if not params_path.exists():
         raise InvalidRecord("no params.json: not a saved BM25 index (or an unfinished save)", path=directory)

@@ -2,8 +2,9 @@
 
 The on-disk layout mirrors :class:`~labsrc.lanes.sparse.BM25Index`'s compressed sparse
 rows, one file per array, so loading is a handful of ``np.load`` calls and the
-large arrays can be memory-mapped (``mmap_mode="r"``): the OS pages postings in
-as queries touch them instead of reading the whole index up front.
+large arrays can be memory-mapped (``mmap_mode="r"``): they stay in the OS's page
+cache instead of being copied into the process (a load still reads every byte
+once, to check its checksum and its values).
 
 =====================  ===============================================================
 ``doc_len.npy``        float64 [N]: analysed length of each document (sorted by id)
@@ -15,12 +16,20 @@ as queries touch them instead of reading the whole index up front.
 ``ids.json``           the N document ids, in position order
 ``vocabulary.json``    the V terms, in term-id order
 ``params.json``        format version, k1, b, sizes, and the analyzer's description
+``checksums.json``     ``{"sha256": {file name: hex digest}}`` of every other file
 =====================  ===============================================================
 
 Saves are atomic: the files are written into a new folder beside the target,
 fsynced, and that folder is put in place of the target in one step
 (:mod:`labsrc.lanes.index_files`). A save killed at any point leaves the old
-index or the new one loadable, never neither. Loads check every array
+index or the new one loadable, never neither. A load first checks each file's
+SHA-256 against ``checksums.json`` (written last, inside the same swap) and
+refuses a file that changed after the save, a bit flip included, with an
+:class:`~labsrc.errors.InvalidRecord` naming it (field ``sha256``); an index
+saved before the lab recorded checksums has none and loads unchecked, with no
+warning, as a ``vectors/`` folder without one does (``BM25Index.load(folder).save(folder)``
+adds them). The digests cost one read of every byte on each save and load
+(about 10 ms for SciFact's 12.5 MB, 1.2 GB/s here). Loads then check every array
 (positions in range and ascending per term, ``ptr`` increasing, impacts finite
 and positive, ids unique) and refuse a bad one with an
 :class:`~labsrc.errors.InvalidRecord` naming the file and field. Indexes saved

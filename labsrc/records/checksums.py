@@ -45,12 +45,17 @@ def checksums_json(folder: str | Path, names: Iterable[str]) -> bytes:
     return (json.dumps({"sha256": digests}, indent=2) + "\n").encode("utf-8")
 
 
-def verify_checksums(folder: str | Path, required: Collection[str]) -> bool:
+#: What a mismatch tells the reader to do, unless the caller says how its folder is written again.
+_REMEDY = "restore the folder or write it again (labsrc embed)"
+
+
+def verify_checksums(folder: str | Path, required: Collection[str], *, remedy: str = _REMEDY) -> bool:
     """Check every file ``checksums.json`` lists against its SHA-256; False if the folder has no ``checksums.json``.
 
     ``required``: files the list must cover, so that dropping a line cannot
-    exempt a file. Every problem is an :class:`~labsrc.errors.InvalidRecord`
-    naming the file and the field ``sha256``.
+    exempt a file. ``remedy``: the end of a mismatch's message, how to write
+    the folder again (a vectors folder's by default). Every problem is an
+    :class:`~labsrc.errors.InvalidRecord` naming the file and the field ``sha256``.
     """
     folder = Path(folder)
     path = folder / CHECKSUMS_FILE
@@ -78,8 +83,8 @@ def verify_checksums(folder: str | Path, required: Collection[str]) -> bool:
         if actual != table[name]:
             raise InvalidRecord(
                 f"its SHA-256 is {actual[:16]}..., not the {table[name][:16]}... recorded in {CHECKSUMS_FILE}: the "
-                "file changed after the lab wrote it (a bit flip, an edit, two ids swapped); restore the folder or "
-                "write it again (labsrc embed)",
+                f"file (or {CHECKSUMS_FILE}) changed after the lab wrote it (a bit flip, an edit, two ids swapped); "
+                f"{remedy}",
                 path=file,
                 field="sha256",
             )
