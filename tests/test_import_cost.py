@@ -65,3 +65,24 @@ def test_stages_resolve_as_attributes_and_unknown_names_do_not():
         labsrc.no_such_stage  # noqa: B018
     with pytest.raises(AttributeError):
         labsrc._private  # noqa: B018
+
+
+def test_the_lazy_table_the_type_checking_imports_and_all_name_the_same_names():
+    """Three lists must agree: ``_EXPORTS`` (what resolves at run time), the ``TYPE_CHECKING`` imports (what
+    editors and type checkers see) and the literal ``__all__`` (what ``from labsrc import *`` and ruff read)."""
+    import ast
+    import inspect
+
+    lazy = {name for names in labsrc._EXPORTS.values() for name in names}
+    tree = ast.parse(inspect.getsource(labsrc))
+    checked = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        for statement in node.body
+        if isinstance(statement, ast.ImportFrom)
+        for alias in statement.names
+    }
+    assert len(labsrc.__all__) == len(set(labsrc.__all__))  # no name twice
+    assert set(labsrc.__all__) == lazy, (sorted(set(labsrc.__all__) - lazy), sorted(lazy - set(labsrc.__all__)))
+    assert checked == lazy, (sorted(checked - lazy), sorted(lazy - checked))
