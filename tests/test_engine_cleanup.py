@@ -153,6 +153,41 @@ def test_a_terminated_process_leaves_nothing(base, signum):
     assert _postgres_serving(base) == []
 
 
+STOP_INTERRUPTED = r'''
+import os, signal, sys, tempfile, warnings
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, also when started in the background
+tempfile.tempdir = sys.argv[1]  # the embedded server's directories go under the test's own
+with warnings.catch_warnings():  # platformdirs warns of no XDG_RUNTIME_DIR; labsrc imports pgserver the same way
+    warnings.simplefilter("ignore")
+    import pgserver.postgres_server as ps
+from labsrc.cli.main import main
+real_cleanup = ps.PostgresServer.cleanup
+def cleanup_with_ctrl_c(self):
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C lands while the server is stopping
+    print("ctrl-c sent", flush=True)
+    return real_cleanup(self)
+ps.PostgresServer.cleanup = cleanup_with_ctrl_c
+status = main(["search", "RPL-14", "--as", "luna-48291", "--engine", "postgres"])
+print("status", status, flush=True)
+sys.exit(status)
+'''
+
+
+def test_ctrl_c_while_the_engine_stops_ends_as_interrupted_with_no_server_left(base):
+    base.mkdir()
+    child = subprocess.run(
+        [sys.executable, "-c", STOP_INTERRUPTED, str(base)], capture_output=True, text=True, timeout=WAIT_S
+    )
+    assert child.stdout.splitlines()[-2:] == ["ctrl-c sent", "status 130"], child.stderr
+    assert child.returncode == 130
+    assert child.stderr.strip().splitlines() == ["labsrc: interrupted"]  # one line, no traceback
+    assert "RPL-14" in child.stdout  # the search itself finished and printed
+    deadline = time.monotonic() + WAIT_S
+    while (any(base.iterdir()) or _postgres_serving(base)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(base.iterdir()) == [] and _postgres_serving(base) == []
+
+
 def test_interpreter_exit_without_close_leaves_nothing(base):
     child = run_child("exit-without-close", base)
     assert_owner_only(wait_for_line(child, "ready"))

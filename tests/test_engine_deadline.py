@@ -14,7 +14,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from labsrc.engines.deadline import watch
+import pytest
+
+from labsrc.engines.deadline import DeadlineExpired, watch
 
 
 class FakeConnection:
@@ -45,9 +47,10 @@ def test_a_block_that_overruns_is_cut_and_says_so():
     conn = FakeConnection()
     try:
         started = time.monotonic()
-        with watch(conn, 0.2) as deadline:
-            conn.ours.settimeout(30)
-            assert conn.ours.recv(1) == b""  # a read blocked on the socket returns once the deadline passes
+        with pytest.raises(DeadlineExpired, match="0.2 s"):  # the block ended normally, on a cut connection
+            with watch(conn, 0.2) as deadline:
+                conn.ours.settimeout(30)
+                assert conn.ours.recv(1) == b""  # a read blocked on the socket returns once the deadline passes
         assert deadline.expired and time.monotonic() - started < 10
         assert conn.was_cut()
     finally:
@@ -59,12 +62,15 @@ def test_sixty_four_threads_share_the_watchdog_and_only_the_overruns_are_cut():
         conn = FakeConnection()
         try:
             overrun = i % 4 == 0
-            with watch(conn, 0.15 if overrun else 5.0) as deadline:
-                if overrun:
-                    conn.ours.settimeout(30)
-                    conn.ours.recv(1)
-                else:
-                    time.sleep(0.01 * (i % 7))
+            try:
+                with watch(conn, 0.15 if overrun else 5.0) as deadline:
+                    if overrun:
+                        conn.ours.settimeout(30)
+                        conn.ours.recv(1)
+                    else:
+                        time.sleep(0.01 * (i % 7))
+            except DeadlineExpired:
+                assert overrun
             time.sleep(0.05)  # a cancelled deadline must stay cancelled after watch() returned
             return overrun, deadline.expired, conn.was_cut()
         finally:
@@ -75,3 +81,17 @@ def test_sixty_four_threads_share_the_watchdog_and_only_the_overruns_are_cut():
     assert all(expired == overrun and cut == overrun for overrun, expired, cut in results), results
     assert sum(overrun for overrun, _, _ in results) == 64
     assert threading.active_count() < 70  # one watchdog thread, not one per deadline
+
+
+def test_a_block_that_finishes_after_its_deadline_raises_so_its_connection_is_not_used_again():
+    """The cause of requests reported as "unreachable" on a live server: a pool reset under a 2 ms deadline
+    finished its last statement, the deadline passed before the block ended, the watchdog cut the socket, and
+    the connection went back to the pool looking fine. Now the block raises, and a pool discards the connection."""
+    conn = FakeConnection()
+    try:
+        with pytest.raises(DeadlineExpired, match="connection was cut"):
+            with watch(conn, 0.05):
+                time.sleep(0.3)  # no read on the socket: nothing inside the block notices the cut
+        assert conn.was_cut()
+    finally:
+        conn.close()

@@ -2,22 +2,25 @@
 
 A store on a server given by ``--dsn`` drops its ``lab_<hex>`` schema and
 reader role when it closes; a process killed before that leaves them behind
-(:mod:`labsrc.engines.orphans`). This command finds them (named like a
-store's, marked by the lab, and no live session holding their lock) and drops
-them, printing one line per schema dropped. A live store's schema and a schema
-the lab did not make are never touched.
+(:mod:`labsrc.engines.orphans`). This command finds the ones the DSN's user
+made (named like a store's, marked by the lab, owned by that user, no live
+session holding their lock, the reader role proven the store's) and drops
+them, one line each. Run it as the user that made the stores: schemas of other
+owners that look orphaned are listed as skipped, with whose they are. It never
+drops what something outside the schema depends on (another role's view), nor
+a role with sessions or objects in another database: those are listed as
+skipped, with why. A live store's schema and a schema the lab did not make are
+never touched.
 
-Exit status: 0 done (also when there was nothing to drop), 2 a bad or
-unreachable DSN, or an orphan that could not be dropped (one line each on
-stderr). The module is named for the action: ``engines.py`` holds the other
-commands' ``--engine`` options.
+Exit status: 0 done (also when there was nothing to drop, or something was
+skipped), 2 a bad or unreachable DSN (one line on stderr). The module is
+named for the action: ``engines.py`` holds the other commands' ``--engine``
+options.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-import warnings
 
 from labsrc.cli.outputs import one_line
 from labsrc.errors import InvalidArgument
@@ -27,7 +30,7 @@ __all__ = ["register", "run_clean"]
 
 def run_clean(args: argparse.Namespace) -> int:
     from labsrc.engines.errors import driver_errors, first_line, hide_password, server_name
-    from labsrc.engines.orphans import drop_orphans, reader_role
+    from labsrc.engines.orphans import clean_orphans, reader_role
     from labsrc.engines.pool import DEFAULT_TIMEOUTS
     from labsrc.engines.server import require_psycopg
 
@@ -37,14 +40,17 @@ def run_clean(args: argparse.Namespace) -> int:
         conn = psycopg.connect(args.dsn, autocommit=True, connect_timeout=DEFAULT_TIMEOUTS.connect_s)
     except (psycopg.Error, UnicodeError) as exc:
         raise InvalidArgument(f"cannot connect to PostgreSQL at {where}: {hide_password(first_line(exc), args.dsn)}") from exc
-    with conn, driver_errors(where, DEFAULT_TIMEOUTS), warnings.catch_warnings(record=True) as failures:
-        warnings.simplefilter("always", RuntimeWarning)
-        dropped = drop_orphans(conn)
-    for schema in dropped:
-        print(f"dropped schema {schema} and role {reader_role(schema)} (left by a process that is gone)")
-    for failure in failures:
-        print(f"labsrc: error: {one_line(str(failure.message))}", file=sys.stderr)
-    return 2 if failures else 0
+    with conn, driver_errors(where, DEFAULT_TIMEOUTS):
+        cleaned = clean_orphans(conn)
+    for schema in cleaned.dropped:
+        role = reader_role(schema)
+        if role in cleaned.roles:
+            print(f"dropped schema {schema} and role {role} (left by a process that is gone)")
+        else:
+            print(f"dropped schema {schema} (left by a process that is gone before it created role {role})")
+    for each in cleaned.skipped:
+        print(one_line(f"skipped {each.schema}: {each.reason}"))
+    return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,13 +62,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="engines_command", required=True, metavar="ACTION")
     clean = sub.add_parser(
         "clean",
-        help="drop the schemas and reader roles that killed processes left on a server",
+        help="drop the schemas and reader roles that your killed processes left on a server",
         description=(
-            "Find the lab's store schemas (lab_ and 8 hex digits) on the server whose owning process is gone "
-            "(no session holds the store's advisory lock) and drop each with its reader role, one line per "
-            "schema. Live stores and schemas the lab did not make are never touched. "
-            "Exit status: 0 done (also with nothing to drop), 2 a bad or unreachable DSN, or an orphan that "
-            "could not be dropped."
+            "Find the lab's store schemas (lab_ and 8 hex digits) that the DSN's user made and whose owning "
+            "process is gone (no session holds the store's advisory lock), and drop each with its reader role, "
+            "one line per schema. Run it as the user that made the stores: a store made by alice is cleaned by "
+            "alice, and other owners' schemas that look orphaned are listed as skipped. A schema that something "
+            "outside it depends on (another role's view), or whose role has sessions or objects in another "
+            "database, is left in place and listed as skipped with why. Live stores and schemas the lab did "
+            "not make are never touched. Exit status: 0 done (also with nothing to drop, or something "
+            "skipped), 2 a bad or unreachable DSN."
         ),
     )
     clean.add_argument("--dsn", metavar="URL", required=True, help="the server, e.g. postgresql://user@host/db")

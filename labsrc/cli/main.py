@@ -100,6 +100,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     # only the main thread may set a handler (a caller of main() in a thread keeps its own).
     previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
     try:
+        status = _run(args)
+        # Engines stop here, after the command: a Ctrl-C meanwhile must not leave a server running, nor print
+        # a traceback from inside the shutdown. The shutdown finishes, and the run ends as interrupted.
+        stopped_by = _close_engines()
+        return _interrupted(stopped_by) if stopped_by is not None and status != 130 else status
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command, with every way it can end turned into an exit status and at most one line on stderr."""
+    try:
         status = args.func(args)
         sys.stdout.flush()  # here, not at exit: a closed pipe is then caught below, every time
         return status
@@ -121,13 +134,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"labsrc: error: {one_line(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        # One line; on a terminal it starts a fresh one, since a progress bar may be mid-line.
-        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
-        print(f"{chr(10) if sys.stderr.isatty() else ''}labsrc: {what}", file=sys.stderr)
-        return 143 if isinstance(exc, Terminated) else 130  # 128 + SIGTERM / SIGINT, as a shell reports them
-    finally:
-        engines = sys.modules.get("labsrc.cli.engines")  # loaded only if a command opened one
-        if engines is not None:
+        return _interrupted(exc)
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    # One line; on a terminal it starts a fresh one, since a progress bar may be mid-line.
+    what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+    print(f"{chr(10) if sys.stderr.isatty() else ''}labsrc: {what}", file=sys.stderr)
+    return 143 if isinstance(exc, Terminated) else 130  # 128 + SIGTERM / SIGINT, as a shell reports them
+
+
+def _close_engines() -> KeyboardInterrupt | None:
+    """Close every engine a command opened (stops embedded servers), to the end; the first Ctrl-C or SIGTERM
+    that arrived meanwhile, or None. A signal starts the closing over (it is idempotent: what is closed stays
+    closed), so the servers still stop."""
+    engines = sys.modules.get("labsrc.cli.engines")  # loaded only if a command opened one
+    if engines is None:
+        return None
+    arrived: KeyboardInterrupt | None = None
+    for _ in range(10):  # bounded: ten signals in a row and the rest is left to the servers' own atexit stops
+        try:
             engines.close_engines()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+            return arrived
+        except KeyboardInterrupt as exc:
+            arrived = arrived or exc
+    return arrived

@@ -29,7 +29,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["Deadline", "watch"]
+from labsrc.errors import LabError
+
+__all__ = ["Deadline", "DeadlineExpired", "watch"]
+
+
+class DeadlineExpired(LabError):
+    """A block under :func:`watch` ended after its deadline had passed and cut its connection."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the client-side deadline of {seconds:g} s passed as the work ended; its connection was cut")
+        self.seconds = seconds
 
 
 class Deadline:
@@ -113,10 +123,19 @@ _WATCHDOG = _Watchdog()
 
 @contextmanager
 def watch(conn: Any, seconds: float) -> Iterator[Deadline]:
-    """Cut ``conn`` if the block has not finished ``seconds`` from now; check :attr:`Deadline.expired` after an error."""
+    """Cut ``conn`` if the block has not finished ``seconds`` from now; check :attr:`Deadline.expired` after an error.
+
+    A block that ends normally after its deadline passed raises :class:`DeadlineExpired`: its connection is cut,
+    and must not be used again (a pool's reset that raises makes the pool discard the connection).
+    """
     deadline = Deadline(conn, seconds)
     key = _WATCHDOG.add(deadline)
     try:
         yield deadline
     finally:
         _WATCHDOG.remove(key)
+    if deadline.expired:
+        # The block's last statement finished, but the deadline passed before the block ended, and the socket
+        # is shut down: a connection that looked fine would fail its next statement (libpq: "server closed the
+        # connection unexpectedly"), and be reported as an unreachable server. Say what happened instead.
+        raise DeadlineExpired(seconds)

@@ -26,7 +26,21 @@ leave for the next caller on the same connection:
   read: the connection is closed;
 * a ``LISTEN`` would receive notifications meant for someone else: the
   connection is closed;
-* a ``SET ROLE`` survives ``RESET ALL``: the connection is closed.
+* a ``SET ROLE`` survives ``RESET ALL``: the connection is closed;
+* a large object or a prepared transaction outlives the session, and every
+  session of the role can read it (``lo_get``, ``pg_prepared_xacts.gid``):
+  the reader removes its own (:func:`remove_lasting`) and the connection is
+  closed. Making one takes an injected ``COMMIT`` (the engine's transactions
+  are read-only) and ``SET default_transaction_read_only = off``, which no
+  privilege can take from a role;
+* ``ALTER ROLE CURRENT_USER SET ...`` defaults, which ``pg_db_role_setting``
+  shows every session: the store's owner removes them and the connection is
+  closed;
+* a placeholder setting's *name* (``set_config('leak.x', '', false)``)
+  survives ``RESET ALL`` and ``DISCARD ALL``, and PostgreSQL lists
+  placeholders nowhere (not in ``pg_settings``, not in ``SHOW ALL``), so no
+  check can see one: a session serves only requests of one boundary
+  (:mod:`labsrc.engines.sessions`).
 
 The engine itself leaves none of the closing kinds: its statements are
 prepared by psycopg through the protocol (``pg_prepared_statements.from_sql``
@@ -51,12 +65,24 @@ from typing import Any
 
 from labsrc.errors import InvalidArgument
 
-__all__ = ["DEFAULT_TIMEOUTS", "LEFTOVER_STATE", "Timeouts", "leftover_state", "reader_options", "reset_session", "role_has_defaults"]
+__all__ = [
+    "DEFAULT_TIMEOUTS",
+    "LEFTOVER_STATE",
+    "ROLE_DEFAULTS",
+    "Timeouts",
+    "leftover_state",
+    "reader_options",
+    "remove_lasting",
+    "reset_session",
+    "role_has_defaults",
+]
 
-# The pool logs each failed reconnection as a warning; the engine reports the failure itself, as one
-# LabError. A NullHandler keeps Python's last-resort handler from printing them when the application
-# configured no logging (an application that did configure logging still receives them).
-logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
+# psycopg logs what the engine reports itself, as one LabError: the pool each failed reconnection or
+# discarded connection, a pipeline the error it ignored while ending ("error ignored terminating
+# <psycopg.Pipeline [BAD]>"). A NullHandler on "psycopg" (the pool's logger is its child) keeps Python's
+# last-resort handler from printing them to stderr when the application configured no logging; an
+# application that did configure logging still receives them.
+logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)
@@ -139,7 +165,19 @@ SELECT (SELECT count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql),
        (SELECT count(*) FROM pg_catalog.pg_cursors WHERE name <> ''),  -- '': this very query's portal
        (SELECT count(*) FROM pg_catalog.pg_locks WHERE pid = pg_catalog.pg_backend_pid() AND locktype = 'advisory'),
        (SELECT count(*) FROM pg_catalog.pg_listening_channels()),
-       current_user <> session_user
+       current_user <> session_user,
+       (SELECT count(*) FROM pg_catalog.pg_largeobject_metadata
+         WHERE lomowner = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = session_user)),
+       (SELECT count(*) FROM pg_catalog.pg_prepared_xacts WHERE owner = session_user),
+       (SELECT count(*) FROM pg_catalog.pg_db_role_setting s JOIN pg_catalog.pg_roles r ON r.oid = s.setrole
+         WHERE r.rolname = session_user)
+"""
+
+#: The reader's objects that outlive its session (large objects, prepared transactions), removed by the
+#: reader itself (it owns them) in a read-write transaction of its own.
+_REMOVE_LASTING = """
+SELECT count(pg_catalog.lo_unlink(m.oid)) FROM pg_catalog.pg_largeobject_metadata m
+ WHERE m.lomowner = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = session_user)
 """
 
 
@@ -154,10 +192,12 @@ def leftover_state(conn: Any) -> list[str]:
 
     Run between requests, outside any transaction. A prepared statement counts when SQL made it
     (``PREPARE``), or when the protocol-level ones differ in number from psycopg's cache (one was
-    deallocated or replaced); held cursors, session advisory locks, ``LISTEN`` channels and a role other
-    than the session's own count always.
+    deallocated or replaced); held cursors, session advisory locks, ``LISTEN`` channels, a role other
+    than the session's own, and the objects the reader role owns beyond any session (large objects,
+    prepared transactions, ``ALTER ROLE ... SET`` defaults, which every session can read) count always.
     """
-    sql_prepared, protocol_prepared, cursors, locks, channels, other_role = conn.execute(LEFTOVER_STATE).fetchone()
+    row = conn.execute(LEFTOVER_STATE).fetchone()
+    sql_prepared, protocol_prepared, cursors, locks, channels, other_role, large_objects, prepared_xacts, defaults = row
     found = []
     expected = _driver_prepared(conn)
     if sql_prepared:
@@ -172,7 +212,43 @@ def leftover_state(conn: Any) -> list[str]:
         found.append(f"{channels} LISTEN channel(s)")
     if other_role:
         found.append("a SET ROLE")
+    if large_objects:
+        found.append(f"{large_objects} large object(s)")
+    if prepared_xacts:
+        found.append(f"{prepared_xacts} prepared transaction(s)")
+    if defaults:
+        found.append(ROLE_DEFAULTS)
     return found
+
+
+#: How :func:`leftover_state` names ``ALTER ROLE ... SET`` defaults the reader gave itself (the owner removes them).
+ROLE_DEFAULTS = "session defaults set on the reader role"
+
+
+def remove_lasting(conn: Any) -> None:
+    """Unlink the reader's large objects and roll back its prepared transactions, as the reader (their owner).
+
+    Both outlive the session that made them and any session of the role can read them (``lo_get``,
+    ``pg_prepared_xacts.gid``), so closing the session is not enough. On a hot standby nothing can be
+    removed (nor made): the primary's own reset removes them there, and the standby replays it.
+    """
+    from psycopg import sql
+
+    if conn.execute("SELECT pg_catalog.pg_is_in_recovery()").fetchone()[0]:
+        return
+    gids = [row[0] for row in conn.execute(
+        "SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE owner = session_user "
+        "AND database = pg_catalog.current_database()"
+    )]
+    for gid in gids:
+        conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+    conn.execute("BEGIN TRANSACTION READ WRITE")
+    try:
+        conn.execute(_REMOVE_LASTING)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def reset_session(conn: Any) -> list[str]:

@@ -34,6 +34,7 @@ from typing import Any
 from labsrc.engines.errors import driver_errors, server_name
 from labsrc.engines.replica import replay_lsn_behind, wait_for_lsn
 from labsrc.engines.server import server_versions
+from labsrc.engines.sessions import SessionBoundaries
 from labsrc.engines.store import PostgresStore
 from labsrc.errors import InvalidArgument, LabError
 
@@ -56,7 +57,8 @@ class ReplicaStore(PostgresStore):
             raise InvalidArgument(f"a replica's DSN must be a non-blank str, not {dsn!r}")
         if primary.closed:
             raise LabError("the primary's PostgreSQL store is closed")
-        shared = {name: value for name, value in primary.__dict__.items() if name != "hnsw"}
+        own = ("hnsw", "session_boundaries", "discarded_sessions")
+        shared = {name: value for name, value in primary.__dict__.items() if name not in own}
         self.__dict__.update(shared)  # schema, role, credentials, signer, timeouts, admin and its lock: shared
         self.primary = primary
         self.dsn = dsn
@@ -64,6 +66,8 @@ class ReplicaStore(PostgresStore):
         self.server = None  # never stops anything
         self.pool = None
         self.closed = False
+        self.discarded_sessions = 0
+        self.session_boundaries = SessionBoundaries()  # the replica's sessions are its own
         with driver_errors(self.server_name, self.timeouts):
             self.pool = self._open_pool()  # the primary's pool settings, on self.dsn
             with self.pool.connection(timeout=self.timeouts.connect) as conn:

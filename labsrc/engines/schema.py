@@ -61,8 +61,9 @@ from typing import Any
 
 from labsrc.engines.authorize import REQUEST_SETTING, RequestSigner
 from labsrc.engines.groups import create_group_table
+from labsrc.engines.teardown import drop_members, role_elsewhere
 from labsrc.engines.term_dates import DF_FUNCTION
-from labsrc.errors import InvalidArgument
+from labsrc.errors import InvalidArgument, LabError
 
 __all__ = [
     "BOUNDARY_POLICY",
@@ -329,18 +330,29 @@ def enable_row_security(conn: Any, schema: str, role: str) -> None:
 
 
 def drop_store(conn: Any, schema: str, role: str) -> None:
-    """End the reader role's sessions (they would block ``DROP ROLE``), then drop the schema (tables, policies,
-    indexes) and the role."""
+    """Drop a store's schema and reader role and nothing else, in one transaction; a refusal drops nothing.
+
+    Nothing goes with ``CASCADE`` (:func:`~labsrc.engines.teardown.drop_members`), so another role's view on
+    ``lab_chunks`` makes PostgreSQL refuse. The role's sessions are ended in this database only, and only if it
+    has none in another and owns or holds nothing outside this one (:func:`~labsrc.engines.teardown.role_elsewhere`);
+    if it has, :class:`LabError` says so before anything is touched.
+    """
     sql = _sql()
-    conn.execute(
-        "SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE usename = %s", (role,)
-    )
-    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
-    if exists:
-        reset_role_settings(conn, role)
-        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    with conn.transaction():
+        found = conn.execute("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s", (role,)).fetchone() is not None
+        if found and (elsewhere := role_elsewhere(conn, role)):
+            raise LabError(f"left {schema} and role {role} in place: the role has {', '.join(elsewhere)}")
+        if found:
+            conn.execute(
+                "SELECT pg_catalog.pg_terminate_backend(pid, 5000) FROM pg_catalog.pg_stat_activity "
+                "WHERE usename = %s AND datname = pg_catalog.current_database()",
+                (role,),
+            )
+        drop_members(conn, schema)
+        if found:
+            reset_role_settings(conn, role)
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))  # no CASCADE: its own objects only
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 def reset_role_settings(conn: Any, role: str) -> int:

@@ -30,12 +30,15 @@ import functools
 import importlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -134,14 +137,15 @@ class EmbeddedServer:
 
     def stop(self) -> None:
         """Stop the server and delete its data and socket directories (safe to call twice, and after the server died)."""
-        server, self._server = self._server, None
-        if server is not None:
-            try:
-                server.cleanup()
-            except Exception:  # a killed server: psutil.NoSuchProcess, pg_ctl failing... the reaper finishes the job
-                pass
-        reaper, self._reaper = self._reaper, None
-        _finish_reaper(reaper, self._tmp, *([self._socket] if self._socket is not None else []))
+        with signals_deferred():  # a Ctrl-C now would leave the server running: it is handled once it has stopped
+            server, self._server = self._server, None
+            if server is not None:
+                try:
+                    server.cleanup()
+                except Exception:  # a killed server: psutil.NoSuchProcess, pg_ctl failing... the reaper finishes the job
+                    pass
+            reaper, self._reaper = self._reaper, None
+            _finish_reaper(reaper, self._tmp, *([self._socket] if self._socket is not None else []))
 
     def __enter__(self) -> EmbeddedServer:
         return self
@@ -151,6 +155,29 @@ class EmbeddedServer:
 
     def __repr__(self) -> str:
         return f"EmbeddedServer(dsn={getattr(self, 'dsn', None)!r}, running={self._server is not None})"
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends, then deliver the first that arrived to its own handler.
+
+    For work that must not stop half-way, such as stopping a server: Ctrl-C during it would leave the server
+    running and print a traceback from inside the shutdown. Only the main thread receives signals in Python,
+    so elsewhere the block simply runs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, lambda signum, frame: arrived.append(signum)) for signum in held}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    if arrived:
+        signal.raise_signal(arrived[0])  # its own handler now: KeyboardInterrupt, the CLI's Terminated, or exit
 
 
 @functools.cache

@@ -17,18 +17,27 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from labsrc.engines.authorize import RequestSigner
-from labsrc.engines.deadline import watch
+from labsrc.engines.deadline import DeadlineExpired, watch
 from labsrc.engines.errors import driver_errors, first_line, hide_password, server_name
 from labsrc.engines.groups import create_group_triggers, fill_group_stats
 from labsrc.engines.loading import LoadStats, document_vectors, load_corpus
-from labsrc.engines.orphans import drop_orphans, mark_owned
-from labsrc.engines.pool import DEFAULT_TIMEOUTS, Timeouts, reader_options, reset_session, role_has_defaults
+from labsrc.engines.orphans import drop_orphans, mark_owned, mark_reader
+from labsrc.engines.pool import (
+    DEFAULT_TIMEOUTS,
+    ROLE_DEFAULTS,
+    Timeouts,
+    reader_options,
+    remove_lasting,
+    reset_session,
+    role_has_defaults,
+)
 from labsrc.engines.schema import (
     INDEX_BUILD_MEMORY,
     create_indexes,
@@ -41,6 +50,7 @@ from labsrc.engines.schema import (
 )
 from labsrc.engines.term_dates import create_df_function, create_term_dates
 from labsrc.engines.server import EmbeddedServer, require_psycopg, require_psycopg_pool, server_versions
+from labsrc.engines.sessions import SessionBoundaries, boundary_key
 from labsrc.errors import InvalidArgument, LabError
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import Caller, PolicyChunk
@@ -102,6 +112,8 @@ class PostgresStore:
         self.hnsw: dict[str, int] | None = None
         #: Pooled sessions closed because a request left state on them (:meth:`_reset`).
         self.discarded_sessions = 0
+        #: Which boundary each pooled session serves (:mod:`labsrc.engines.sessions`); ``.closed`` counts switches.
+        self.session_boundaries = SessionBoundaries()
         #: Schemas of dead processes this store dropped when it started (:func:`~labsrc.engines.orphans.drop_orphans`).
         self.orphans_dropped: tuple[str, ...] = ()
         self._count_lock = threading.Lock()
@@ -156,6 +168,7 @@ class PostgresStore:
         create_request_function(self.admin, self.schema, self._signer)
         create_df_function(self.admin, self.schema)
         create_reader_role(self.admin, self.schema, self.role, self._password)
+        mark_reader(self.admin, self.schema)  # the role's marker: only its creator (or a superuser) can write one
         enable_row_security(self.admin, self.schema, self.role)
         return stats
 
@@ -173,7 +186,7 @@ class PostgresStore:
 
     def _configure(self, conn: Any) -> None:
         """A new reader session: refuse it (and wipe the defaults) if the role has set itself defaults."""
-        with watch(conn, self.timeouts.statement):
+        with watch(conn, self.timeouts.request):  # housekeeping: not the lanes' statement budget
             has_defaults = role_has_defaults(conn)
         if has_defaults:
             with self._admin_lock:
@@ -187,8 +200,13 @@ class PostgresStore:
         next request. Settings and temporary objects are undone; anything else closes the connection (the pool
         discards a connection whose reset raises, and opens a new session in its place).
         """
-        with watch(conn, self.timeouts.statement):
+        with watch(conn, self.timeouts.request):  # housekeeping: not the lanes' statement budget
             leftovers = reset_session(conn)
+            if leftovers:
+                remove_lasting(conn)  # large objects, prepared transactions: they outlive the session
+        if ROLE_DEFAULTS in leftovers:
+            with self._admin_lock:
+                reset_role_settings(self.admin, self.role)
         if leftovers:
             with self._count_lock:
                 self.discarded_sessions += 1
@@ -246,7 +264,7 @@ class PostgresStore:
         if self.closed or self.pool is None:
             raise LabError("this PostgreSQL store is closed")
         with driver_errors(self.server_name, self.timeouts):
-            with self.pool.connection(timeout=self.timeouts.connect) as conn:
+            with self._session(boundary_key(caller, on_date)) as conn:
                 with self._deadline(conn, self.timeouts.request):
                     with conn.pipeline() if pipeline else nullcontext():
                         with conn.transaction():
@@ -254,18 +272,40 @@ class PostgresStore:
                             yield conn
 
     @contextmanager
+    def _session(self, key: Any) -> Iterator[Any]:
+        """A pooled session that has served only requests with boundary ``key`` (a fresh one if need be).
+
+        A session drawn by a request of another boundary is closed (the pool opens a new one): what an
+        earlier request may have left in it, such as placeholder setting names, holds only rows of its own
+        boundary (:mod:`labsrc.engines.sessions`). Waiting is bounded by the connect timeout in all.
+        """
+        deadline = time.monotonic() + self.timeouts.connect
+        while True:
+            with self.pool.connection(timeout=max(deadline - time.monotonic(), 0.001)) as conn:
+                if self.session_boundaries.claim(conn, key):
+                    yield conn
+                    return
+                conn.close()
+
+    @contextmanager
     def _deadline(self, conn: Any, seconds: float) -> Iterator[None]:
         """Cut ``conn`` if the block outlasts ``seconds`` (:mod:`labsrc.engines.deadline`), and say so in one line."""
-        with watch(conn, seconds) as deadline:
-            try:
-                yield
-            except self._psycopg.Error as exc:
-                if deadline.expired:
-                    raise LabError(
-                        f"PostgreSQL at {self.server_name} did not answer within the request deadline ({seconds:g} s = "
-                        f"connect + statement timeout); the server may be stopped or overloaded: {first_line(exc)}"
-                    ) from exc
-                raise
+        try:
+            with watch(conn, seconds) as deadline:
+                try:
+                    yield
+                except self._psycopg.Error as exc:
+                    if deadline.expired:
+                        raise LabError(
+                            f"PostgreSQL at {self.server_name} did not answer within the request deadline ({seconds:g} s "
+                            f"= connect + statement timeout); the server may be stopped or overloaded: {first_line(exc)}"
+                        ) from exc
+                    raise
+        except DeadlineExpired as exc:
+            raise LabError(
+                f"PostgreSQL at {self.server_name} answered just after the request deadline ({seconds:g} s = connect + "
+                "statement timeout); the request's connection was cut and will be replaced"
+            ) from exc
 
     def connect_as(self, caller: Caller, on_date: dt.date) -> Any:
         """A new reader-role connection (not pooled) inside a transaction authorized for ``caller`` on ``on_date``.
