@@ -95,3 +95,24 @@ def test_a_block_that_finishes_after_its_deadline_raises_so_its_connection_is_no
         assert conn.was_cut()
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("engine_loaded", [True, False])
+def test_psycopgs_own_log_lines_never_reach_stderr_once_the_engine_is_loaded(engine_loaded):
+    """psycopg logs what the engine reports itself as one LabError ("error ignored terminating
+    <psycopg.Pipeline [BAD]>", a pool's discarded connection); with no logging configured, Python's last-resort
+    handler would print each to stderr. Without the engine loaded, the same lines do reach it."""
+    import subprocess
+    import sys
+
+    code = (
+        ("import labsrc.engines.pool\n" if engine_loaded else "")
+        + "import logging\n"
+        + "logging.getLogger('psycopg').warning('error ignored terminating <psycopg.Pipeline [BAD]>: lost')\n"
+        + "logging.getLogger('psycopg.pool').warning('discarding closed connection')\n"
+    )
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stderr
+    if engine_loaded:
+        assert err == ""
+    else:
+        assert "error ignored terminating" in err and "discarding closed connection" in err
