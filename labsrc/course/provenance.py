@@ -12,6 +12,40 @@ punctuation aside) asked by the same caller. Names and notes are the learner's
 to change, so renaming a copied case does not make it new. Vectors are the
 course's when ``queries.npy`` and ``query_ids.txt`` are byte for byte the
 course's; a report is when its ``report.json`` is.
+
+A case is also the course's when it is a *near-copy* (:func:`near_copy`): it
+asks what a course case asks with a small edit. All of these hold:
+
+- the same caller, the same kind and the same chunk ids (``expected`` and
+  ``forbidden``, as sets): the case tests what the course's case tests;
+- at most :data:`NEAR_EDITS` = 2 edits between the two queries' analysed terms
+  (:func:`labsrc.lanes.analysis.tokens`: lowercased, codes kept whole, the
+  lesson's stopwords dropped), an edit being a term inserted, deleted or
+  replaced: "swap a *cracked* reconditioned notebook" is one edit from "swap a
+  broken reconditioned notebook", and "RPL-15" one from "RPL-14";
+- at most :data:`NEAR_CHANGED` = half of the longer query's terms changed,
+  where a code switched to a *sibling code* (the same shape with other digits:
+  ``rpl-14`` → ``rpl-15``, ``vip-rpl-1`` → ``vip-rpl-2``; :func:`code_shape`)
+  does not count as changed. So a one-word query is a near-copy only through a
+  sibling code, and "chargeback rules" is not "LGL-3 chargeback" (both of its
+  two terms changed), while "LGL-3 dispute" is.
+
+Three edits are where the rule stops: a question with three of its words
+changed may be genuine work (a learner who asks about the same rule in their own
+words shares a word or two with the course's question by necessity), and the
+same caller, kind and ids alone say little, since many honest cases must test
+the same rule for the same caller.
+
+Measured (``tests/test_rubric_round5.py``; the model answer's 16 cases reworded
+by a swap table, a code-only query switched to a sibling code; vectors and
+report made afresh from the reworded cases, so only the cases can give the copy
+away; ``--no-latency``, where Strong is the highest level)::
+
+    submission                               recognised       old rule      this rule
+    model answer, 1 word per query           16 of 16 cases   Strong        Foundational
+    model answer, 2 words per query          16 of 16 cases   Strong        Foundational
+    model answer, 3 words per query           0 of 16 cases   (see tests)   unchanged
+    five honest submissions (see the tests)   0 cases each    their level   the same level
 """
 
 from __future__ import annotations

@@ -2,8 +2,14 @@
 
 ``tokens`` is the lesson's analyzer: lowercase, keep hyphenated codes such as
 ``rpl-14`` whole, drop a handful of stopwords. :class:`Analyzer` generalises it
-(token pattern, stopword set, NFKC + casefold, optional Snowball stemming) so
-the same lane can index real prose.
+(token pattern, stopword set, NFKC + casefold, dashes read as ``-``, optional
+Snowball stemming) so the same lane can index real prose.
+
+A code pasted from a word processor often carries another dash: ``VIP‑RPL‑1``
+with U+2011 (non-breaking hyphen), an en dash U+2013 or a minus sign U+2212.
+NFKC leaves those alone, so the analyzer reads every one of :data:`DASHES` as
+ASCII ``-`` (``dashes=True``, the default) and the code stays one token,
+``vip-rpl-1``. On ASCII text this changes nothing.
 
 The lesson writes the token pattern as ``[a-z0-9]+(?:-[a-z0-9]+)*``. The lab uses
 ``[^\\W_]+(?:-[^\\W_]+)*`` instead: on ASCII text the two match exactly the same
@@ -27,6 +33,7 @@ from labsrc.errors import InvalidArgument, MissingDependency
 
 __all__ = [
     "Analyzer",
+    "DASHES",
     "LESSON_TOKEN_PATTERN",
     "LESSON_STOPWORDS",
     "LUCENE_ENGLISH_STOPWORDS",
@@ -54,6 +61,18 @@ LUCENE_ENGLISH_STOPWORDS = frozenset(
         "their", "then", "there", "these", "they", "this", "to", "was", "will", "with",
     }
 )  # fmt: skip
+
+
+#: The characters ``Analyzer(dashes=True)`` reads as ASCII ``-``: every dash and hyphen of Unicode 14 (general
+#: category Pd, ``-`` itself aside) and U+2212 MINUS SIGN (category Sm, but what a word processor puts in "RPL−14").
+#: Written out rather than derived at import: deriving costs 0.12 s, and the set would then depend on the Python's
+#: Unicode version (3.10 has no U+2E5D), so one saved index would analyse differently on two machines.
+#: ``tests/test_analysis.py`` checks it against ``unicodedata.category``.
+DASHES = frozenset(
+    "\u058a\u05be\u1400\u1806\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2e17\u2e1a\u2e3a\u2e3b\u2e40"
+    "\u2e5d\u301c\u3030\u30a0\ufe31\ufe32\ufe58\ufe63\uff0d\U00010ead"
+)
+_TO_HYPHEN = str.maketrans(dict.fromkeys(DASHES, "-"))
 
 
 #: Most distinct tokens an analyzer remembers the stems of (about 150 bytes each); beyond it, new tokens are
@@ -133,6 +152,11 @@ class Analyzer:
         A Snowball language name such as ``"english"``, or ``None``.
     name:
         A version string recorded in traces and reports.
+    dashes:
+        Read every character of :data:`DASHES` (Unicode's dashes and hyphens,
+        the minus sign) as ASCII ``-``, after the normal form, so ``VIP‑RPL‑1``
+        (U+2011) is the token ``vip-rpl-1``. An index saved before this field
+        existed loads with ``dashes=False``: it analyses queries as it did.
     """
 
     pattern: str = LESSON_TOKEN_PATTERN
@@ -141,6 +165,7 @@ class Analyzer:
     casefold: bool = True
     stemmer: str | None = None
     name: str = "bm25-tokenizer-v1"
+    dashes: bool = True
     _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
     _stems: _Stems | None = field(init=False, repr=False, compare=False)
 
@@ -149,6 +174,8 @@ class Analyzer:
             raise InvalidArgument(
                 f"normalize must be one of None, 'NFC', 'NFKC', 'NFD', 'NFKD', not {self.normalize!r}"
             )
+        if not isinstance(self.dashes, bool):
+            raise InvalidArgument(f"dashes must be True or False, not {self.dashes!r}")
         try:
             regex = re.compile(self.pattern)
         except re.error as exc:
@@ -158,9 +185,11 @@ class Analyzer:
         object.__setattr__(self, "_stems", None if self.stemmer is None else _Stems(_load_stemmer(self.stemmer)))
 
     def normalise(self, text: str) -> str:
-        """Apply the unicode normal form and case folding."""
+        """Apply the unicode normal form, the dashes (after it: NFKC turns U+FE58 into U+2014) and case folding."""
         if self.normalize is not None:
             text = unicodedata.normalize(self.normalize, text)
+        if self.dashes and not text.isascii():
+            text = text.translate(_TO_HYPHEN)
         return text.casefold() if self.casefold else text
 
     def __call__(self, text: str) -> list[str]:
@@ -195,7 +224,9 @@ def english_analyzer() -> Analyzer:
     stays the default for the policy fixtures, whose hyphenated codes this one
     would split. Stemming needs the ``stem`` extra, hence a function, not a
     constant; it returns the same object on every call, so indexes cached per
-    analyzer are shared.
+    analyzer are shared. It reads dashes as ``-`` too (the default), which
+    changes none of its tokens: its pattern splits at ``-`` and at every other
+    dash alike.
     """
     return Analyzer(
         pattern=PROSE_TOKEN_PATTERN,

@@ -126,6 +126,16 @@ def describe_analyzer(analyzer: object) -> dict[str, Any]:
     return description
 
 
+#: Analyzer fields added after indexes were first saved, with the value that gives the analysis of an index
+#: saved before them: such an index analyses queries as it did when it was saved (its vocabulary was built so).
+_LEGACY_FIELDS = {"dashes": False}
+
+
+def _with_legacy_fields(description: dict[str, Any]) -> dict[str, Any]:
+    """``description`` with each field it predates set to its old behaviour (``"dashes": False``)."""
+    return {**_LEGACY_FIELDS, **description}
+
+
 def analyzer_from_description(description: Any, *, path: str | Path | None = None) -> Analyzer:
     """Rebuild the :class:`Analyzer` that :func:`describe_analyzer` described."""
     if not isinstance(description, dict):
@@ -136,7 +146,7 @@ def analyzer_from_description(description: Any, *, path: str | Path | None = Non
         raise InvalidRecord(
             f"unknown Analyzer field(s) {unknown}; valid fields are {sorted(valid)}", path=path, field="analyzer"
         )
-    kwargs = dict(description)
+    kwargs = _with_legacy_fields(description)
     if isinstance(kwargs.get("stopwords"), list):
         kwargs["stopwords"] = frozenset(kwargs["stopwords"])
     try:
@@ -163,6 +173,11 @@ def _trusted_analyzer(description: Any, given: Analyzer | None, *, path: str | P
                 f"analyzer must be a labsrc.lanes.analysis.Analyzer (the one the index was saved with), "
                 f"not {type(given).__name__}"
             )
+        missing = set(_LEGACY_FIELDS) - set(description) if isinstance(description, dict) else set()
+        if missing:
+            # Saved before a field existed: the caller's analyzer, with that field as the index was analysed.
+            description = _with_legacy_fields(description)
+            given = dataclasses.replace(given, **{k: _LEGACY_FIELDS[k] for k in missing})
         if description != describe_analyzer(given):
             raise InvalidRecord(
                 f"the saved analyzer {_shorten(description, 200)} differs from the analyzer given "

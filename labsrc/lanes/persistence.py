@@ -37,8 +37,11 @@ in format 2 (positions and impacts in two files) still load.
 
 The analyzer must be an :class:`~labsrc.lanes.analysis.Analyzer`:
 it is stored as its constructor fields (pattern, stopwords, normal form, case
-folding, stemmer, name), so the loaded index tokenises queries exactly as the
-saved one did. An arbitrary function cannot be described reproducibly, and
+folding, stemmer, name, dashes), so the loaded index tokenises queries exactly as the
+saved one did. An index saved before the analyzer read Unicode dashes as ``-``
+has no ``dashes`` in ``params.json`` and loads with ``dashes=False``, analysing
+queries as it did (on ASCII text the two are the same); save a rebuilt index to
+fold them. An arbitrary function cannot be described reproducibly, and
 saving one is an error rather than a silent change of behaviour on load. A
 token pattern is a regular expression, that is, code: a load restores only the
 lab's own patterns (``TRUSTED_TOKEN_PATTERNS``: the lesson's and the prose

@@ -111,6 +111,20 @@ def copied_words(query: str, text: str) -> int:
 # --- step 1: positive cases ------------------------------------------------------------------
 
 
+def _repeated_query(out: Collector, case: Case, first: Case) -> None:
+    """A second positive case asking ``first``'s query as the same caller: a copy, or a conflicting expectation."""
+    if set(case.expected) == set(first.expected):
+        out.problem(f"case {case.name!r} asks the same query as {first.name!r} for the same caller: "
+                    "it adds no evidence", kind="repeated queries")
+        return
+    out.problem(
+        f"case {case.name!r} asks the same query as {first.name!r} for the same caller but expects "
+        f"{' and '.join(case.expected)} where {first.name!r} expects {' and '.join(first.expected)}: "
+        "the two expectations conflict (one question, two different right answers); if both chunks answer it, "
+        f"keep one case expecting both ({', '.join(sorted(set(case.expected) | set(first.expected)))}), "
+        "otherwise drop the case whose chunk does not answer it", kind="conflicting expectations")
+
+
 def check_positive_cases(
     cases: Sequence[Case],
     chunks: Sequence[PolicyChunk],
@@ -160,14 +174,13 @@ def check_positive_cases(
             f"all {len(positives)} positive cases ask as {asking[0]}; the task asks for a second caller too: "
             f"add cases for one of {others} (each sees another slice of the corpus)",
         )
-    seen_queries: dict[tuple[str, str, dt.date | None], str] = {}
+    seen_queries: dict[tuple[str, str, dt.date | None], Case] = {}
     problems_before = len(out.problems)
     for case in positives:
         key = (case.query.strip().casefold(), case.caller, case.on_date)
         if key in seen_queries:
-            out.problem(f"case {case.name!r} asks the same query as {seen_queries[key]!r} for the same caller: "
-                        "it adds no evidence", kind="repeated queries")
-        seen_queries.setdefault(key, case.name)
+            _repeated_query(out, case, seen_queries[key])
+        seen_queries.setdefault(key, case)
         if not _rule_problems(out, case, who, by_id, on_date):
             continue
         for chunk_id in case.expected:

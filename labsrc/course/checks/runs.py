@@ -265,7 +265,15 @@ def _scores(out: Collector, label: str, candidates: list[Any], outcome: CaseOutc
             truth = rrf_of_ranks(ranks, rrf_k)
             run_score = lane_score(outcome, chunk_id, "hybrid")
             places = rounded_decimals(score, run_score if run_score is not None else truth)
-            if places is not None:
+            single = [(lane, r) for lane, r in zip(("bm25", "dense"), ranks) if r is not None]
+            if score == 0 and len(single) == 1:
+                # Not rounding: the sum was taken only where both lanes rank the chunk.
+                (lane, rank), other = single[0], "dense" if single[0][0] == "bm25" else "bm25"
+                out.problem(f"{label}: {chunk_id} has rrf_score {score!r}: RRF sums 1/(k + rank) over every lane "
+                            f"that returned the chunk; {chunk_id} is in one lane, so its score is "
+                            f"1/({rrf_k:g} + {rank}) = {truth!r} ({lane} rank {rank}; {other} did not return it), "
+                            "not 0 (o.scores['hybrid'])", kind="rrf_score 0 for chunks one lane returned")
+            elif places is not None:
                 out.problem(f"{label}: {chunk_id} has rrf_score {score!r}, the run's {run_score!r} rounded to {places} "
                             f"decimals: store the full float (o.scores['hybrid']); {TIE_NOTE}", kind="rounded scores")
             # The sum of a chunk's lane terms in another order may differ in the last bit, never more.
