@@ -392,3 +392,18 @@ def test_a_store_killed_before_it_created_its_role_leaves_a_schema_the_cleaner_d
         "dropped schema lab_5ca1ab1e (left by a process that is gone before it created role lab_5ca1ab1e_reader)\n"
     )
     assert exists(conn, "lab_5ca1ab1e") == (False, False)
+
+
+def test_close_drops_views_and_sequences_the_owner_built_inside_the_store(server, conn, data):
+    """Notebook 12 builds materialized views on lab_postings inside the store: close() drops them by name too."""
+    import psycopg
+
+    retriever = PostgresRetriever(data.chunks, data.vectors, dsn=server.dsn)
+    schema = retriever.store.schema
+    with psycopg.connect(retriever.dsn, autocommit=True) as owner:
+        owner.execute(f"SET search_path = {retriever.store.search_path}")
+        owner.execute("CREATE MATERIALIZED VIEW term_stats AS SELECT term, count(*) AS df FROM lab_postings GROUP BY term")
+        owner.execute("CREATE VIEW busiest AS SELECT * FROM term_stats ORDER BY df DESC")
+        owner.execute("CREATE SEQUENCE counter")
+    retriever.close()
+    assert exists(conn, schema) == (False, False)

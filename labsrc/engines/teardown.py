@@ -46,13 +46,22 @@ LEFT JOIN pg_catalog.pg_depend up ON up.classid = d.classid AND up.objid = d.obj
 WHERE NOT EXISTS (SELECT 1 FROM inside j WHERE j.classid = d.classid AND j.objid = d.objid)
 """
 
-# The schema's members a store has, in the order they can be dropped without CASCADE: tables (with their
-# indexes, policies and triggers), then routines, then composite types. Identities are quoted by the server.
+# The schema's members, in the order they can be dropped without CASCADE: views and materialized views the
+# owner built on the store (notebook 12 does), tables (with their indexes, policies, triggers and owned
+# sequences), sequences of their own, then routines, then composite types. Identities are quoted by the server.
 _MEMBERS = """
 SELECT m.kind, (pg_catalog.pg_identify_object(m.classid, m.objid, 0)).identity
 FROM pg_catalog.pg_namespace n, LATERAL (
+    SELECT 0, CASE c.relkind WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'VIEW' END, 'pg_catalog.pg_class'::regclass, c.oid
+    FROM pg_catalog.pg_class c WHERE c.relnamespace = n.oid AND c.relkind IN ('v', 'm')
+  UNION ALL
     SELECT 1, 'TABLE', 'pg_catalog.pg_class'::regclass, c.oid FROM pg_catalog.pg_class c
     WHERE c.relnamespace = n.oid AND c.relkind IN ('r', 'p')
+  UNION ALL
+    SELECT 1, 'SEQUENCE', 'pg_catalog.pg_class'::regclass, c.oid FROM pg_catalog.pg_class c
+    WHERE c.relnamespace = n.oid AND c.relkind = 'S' AND NOT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_depend d WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid
+        AND d.deptype IN ('a', 'i'))
   UNION ALL
     SELECT 2, 'ROUTINE', 'pg_catalog.pg_proc'::regclass, p.oid FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid
   UNION ALL
@@ -87,7 +96,8 @@ def outside_dependents(conn: Any, schema: str) -> list[str]:
 
 
 def drop_members(conn: Any, schema: str) -> None:
-    """Drop ``schema``'s tables, routines and composite types by name, then the schema, all without ``CASCADE``.
+    """Drop ``schema``'s views, tables, sequences, routines and composite types by name, then the schema, all
+    without ``CASCADE``.
 
     Anything else depending on them, or left in the schema, makes PostgreSQL refuse: :class:`LabError` names it
     (from the server's own list), and nothing is dropped (one transaction, or a savepoint in the caller's). A
@@ -103,7 +113,8 @@ def drop_members(conn: Any, schema: str) -> None:
                 # is left one object at a time, each in a savepoint; members that depend on each other in another
                 # order go in a later round. A round that drops nothing meets something outside: refuse.
                 left, refused = len(pending), None
-                kinds = [[m for m in pending if m[0] == kind] for kind in ("TABLE", "ROUTINE", "TYPE")]
+                order = ("MATERIALIZED VIEW", "VIEW", "TABLE", "SEQUENCE", "ROUTINE", "TYPE")
+                kinds = [[m for m in pending if m[0] == kind] for kind in order]
                 for batch in [*kinds, *([m] for m in pending)]:
                     if not batch or any(m not in pending for m in batch):
                         continue
