@@ -33,7 +33,6 @@ from labsrc.errors import InvalidArgument, MissingDependency
 
 __all__ = [
     "Analyzer",
-    "DASHES",
     "LESSON_TOKEN_PATTERN",
     "LESSON_STOPWORDS",
     "LUCENE_ENGLISH_STOPWORDS",
