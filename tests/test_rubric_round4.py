@@ -105,7 +105,8 @@ def test_renamed_reworded_copies_are_still_the_course_cases_and_a_small_part_cou
     assert not met and detail.startswith("cases.jsonl: all 16 cases are the course's own (the model answer")
     assert question_key("luna-48291", "Can I swap; my laptop?") == ("luna-48291", ("can", "i", "swap", "my", "laptop"))
     # Every query reworded but a few: below LARGE_PART, so the work counts as the learner's, and says what it saw.
-    own = [{**c, "query": f"{c['query']} please"} for c in cases]
+    # (Reworded by more than a near-copy's two edits: since round 5, "... please" is the course's case.)
+    own = [{**c, "query": f"asked in my own words: {c['query']}"} for c in cases]
     kept = int(len(cases) * LARGE_PART) - 1
     mixed = tmp_path / "mixed"
     mixed.mkdir()
@@ -118,7 +119,8 @@ def test_renamed_reworded_copies_are_still_the_course_cases_and_a_small_part_cou
 def test_own_cases_say_nothing_of_the_course_was_recognised(tmp_path):
     sub = tmp_path / "sub"
     sub.mkdir()
-    _write(sub / "cases.jsonl", [{**c, "query": f"{c['query']} please"} for c in _lines(SOLUTION / "cases.jsonl")])
+    _write(sub / "cases.jsonl",
+           [{**c, "query": f"asked in my own words: {c['query']}"} for c in _lines(SOLUTION / "cases.jsonl")])
     result = grade(sub, measure=False)
     assert _evidence(result, "Applied")[OWN_WORK] == (
         True, "no case, vector file or report of the course's own was recognised")

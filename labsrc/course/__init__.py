@@ -75,10 +75,15 @@ from labsrc.course.submission import (
 )
 from labsrc.course.provenance import (
     LARGE_PART,
+    NEAR_CHANGED,
+    NEAR_EDITS,
     Borrowed,
+    code_shape,
     course_files_in,
     course_sources,
+    near_copy,
     question_key,
+    term_edits,
 )
 from labsrc.course.replays import (
     EXERCISE_ARTIFACTS,
@@ -111,6 +116,8 @@ __all__ = [
     "LEVELS",
     "LevelVerdict",
     "MODEL_FOLDER",
+    "NEAR_CHANGED",
+    "NEAR_EDITS",
     "PERCENTILE_METHOD",
     "QUERY_STYLES",
     "QUESTION_WORDS",
@@ -132,6 +139,7 @@ __all__ = [
     "check_lane_comparison",
     "check_positive_cases",
     "chunk_text_in",
+    "code_shape",
     "content_words",
     "course_files_in",
     "course_sources",
@@ -144,6 +152,7 @@ __all__ = [
     "hidden_ids_in",
     "is_blank",
     "my_submission",
+    "near_copy",
     "parse_level",
     "policy_codes",
     "production",
@@ -161,5 +170,6 @@ __all__ = [
     "save_my_records",
     "shell_path",
     "strong",
+    "term_edits",
     "TRACES_CRITERION",
 ]

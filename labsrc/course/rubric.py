@@ -26,7 +26,8 @@ level                evidence (lesson spec, "Rubric")
 ===================  ==================================================================
 Foundational         ranks RPL-14 (an exact code) first with BM25; explains the term signal
 Applied              recovers a paraphrase through the dense lane and fuses it with RRF, in the
-                     learner's own cases (not the course's: :mod:`labsrc.course.provenance`)
+                     learner's own cases (not the course's, nor near-copies of them:
+                     :mod:`labsrc.course.provenance`)
 Strong               BM25-only, dense-only and hybrid Recall@k on labelled positives,
                      plus negative safety gates
 Production-ready     a versioned encoder and index, measured latency, proof that
