@@ -350,7 +350,9 @@ Fill in `report`:
 - `model`, `dim`, `normalized`: what the record says made the vectors (a string, an int and a bool);
 - `dense_wins`: the name of one of your positive cases that the dense lane finds in its top 2 and BM25 misses;
 - `shared_terms`: the analysed terms that case's query shares with its expected chunk's text
-  (`set(labsrc.tokens(query)) & set(labsrc.tokens(chunk.text))`), which is all BM25 can score;
+  (`set(labsrc.tokens(query)) & set(labsrc.tokens(chunk.text))`), which is all BM25 can score. It may be empty, and
+  it counts every shared term: the lesson's analyzer drops only nine stopwords (`labsrc.lanes.LESSON_STOPWORDS`), so a
+  common word such as `it` or `my` is an analysed term too, and belongs in the set when both texts have it;
 - `bm25_wins`: one of your positive cases the other way round.
 
 The check reruns both lanes to confirm your two cases and recomputes the overlap."""),
@@ -376,8 +378,10 @@ print(report)""", X),
 print(result)"""),
     md("""## Why the lanes differ
 
-Your dense-lane win shares no analysed term with its rule, so every BM25 score for the rule is 0: word overlap
-cannot find it, however the terms are weighted. MiniLM maps both texts near each other because it learned, for
+Your dense-lane win shares few analysed terms with its rule, often none (`shared_terms`). With none, every BM25
+score for the rule is 0: word overlap cannot find it, however the terms are weighted. With a common word only (an
+`it` the analyzer keeps), BM25 scores the rule, but that word is in many chunks, weighs little, and the rule stays
+out of BM25's top 2. MiniLM maps both texts near each other because it learned, for
 example, that *reconditioned notebook* and *refurbished laptop* mean much the same. The lab's hashing encoder, which
 sees words only, cannot: its scores come from the few words the query shares with other chunks and from hash collisions."""),
     code("""case = next(c for c in my_cases if c.name == report["dense_wins"])
@@ -406,7 +410,7 @@ and otherwise raises `MissingDependency` with the install command. Change a quer
 
 1. Which fields of `MODEL.json` would you need to reproduce these vectors on another machine?
 2. Why is the document text `title + ' ' + text` rather than the text alone? What changes if you alter the recipe?
-3. Your `dense_wins` case shares no term with its rule. Write a query that shares one rare term with it: which lane finds it now, and why?"""),
+3. Your `dense_wins` case shares no rare term with its rule. Write a query that shares one rare term with it: which lane finds it now, and why?"""),
 ]
 
 EX4 = [
@@ -530,6 +534,9 @@ print("failed cases:", [o.case.name for o in run.failed_outcomes])"""),
 Build `traces`: one dict per failed case with `case`, `sparse_ids`, `dense_ids`, `fused_ids`, `candidates`
 (each `{"chunk_id", "bm25_rank", "dense_rank", "hybrid_rank"}`, ranks 1-based or `None`, and, if you keep them,
 each lane's score as `bm25_score`, `dense_score`, `hybrid_score`), `versions` and `timings_ms`.
+`candidates` lists every chunk id a lane returned, **sorted by `chunk_id`**: the ranks
+already say the order of each lane, and one fixed order, the one `labsrc gate`'s compact traces use, lets two
+traces of one case be compared line by line.
 `o.trace.to_dict()` gives the ids, versions and timings; `o.lane_rank(chunk_id, lane)` gives a rank, and
 `o.ids[lane]` with `o.scores[lane]` the scores. No text, and nothing rounded: the check compares every score and
 timing with the run to the last digit, because `1/61` and `1/62` are both `0.02` at two decimals."""),

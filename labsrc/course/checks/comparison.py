@@ -2,7 +2,7 @@
 
 When a number is wrong the check says which mistake produced it, where it can
 tell: a p50 that is the mean, a p95 that is the maximum or another percentile
-method, a Recall@k over all chunks instead of the caller's permitted ones, a
+method, a percentile taken with the warm-up rounds put back, a Recall@k over all chunks instead of the caller's permitted ones, a
 mean over every case instead of the positive ones. Numbers are printed with as
 many digits as it takes to tell them apart, and a value rounded the way the
 notebook displays it (two decimals or more) is accepted.
@@ -185,12 +185,33 @@ def _method_hint(stat: str, value: float, data: np.ndarray) -> str | None:
     return f"your {stat} is {_named(here[0], here[1:], stat)}" if here else None
 
 
+def _warmup_hint(stage: str, stat: str, value: float, run: GateRun) -> str | None:
+    """Say so when ``value`` is a percentile of the stage's samples with the run's warm-up rounds put back."""
+    latency = run.latency
+    warm = latency.warmup_samples.get(stage, ()) if latency is not None else ()
+    if not warm:
+        return None
+    pooled = np.asarray((*warm, *latency.samples.get(stage, ())), dtype=np.float64)
+    q = 50 if stat == "p50" else 95
+    if not any(math.isclose(value, float(np.percentile(pooled, q, method=m)), rel_tol=1e-6, abs_tol=1e-9)
+               for m in ("linear", *_OTHER_METHODS)):
+        return None
+    timed = len(pooled) - len(warm)
+    return (f"these samples are not the run's: it drops the warm-up rounds ({latency.warmup} untimed rounds, "
+            f"{len(warm)} requests, that build caches and indexes) and summarises only the {timed} samples of its "
+            f"{latency.repetitions} timed rounds; your {stat} is taken over all {len(pooled)}, warm-up included: "
+            f"take run.latency.{stat}_ms[{stage!r}], or percentile_ms(run.latency.samples[{stage!r}], {q})")
+
+
 def _latency_hint(stage: str, stat: str, value: float, samples: Sequence[float], run: GateRun | None = None,
                   other: float | None = None) -> str:
     """Which mistake gave ``value``; ``other`` is the learner's figure for the stage's other percentile."""
     swapped = _swapped_hint(stage, stat, value, run) if run is not None and run.latency is not None else None
     if swapped is not None:
         return swapped
+    warmed = _warmup_hint(stage, stat, value, run) if run is not None else None
+    if warmed is not None:
+        return warmed
     data = np.asarray(samples, dtype=np.float64)
     q = 50 if stat == "p50" else 95
     if data.size:

@@ -149,6 +149,34 @@ def _owner(trace: Mapping[str, Any], outcomes: Mapping[str, CaseOutcome]) -> lis
             if lists == [list(o.trace.sparse_ids), list(o.trace.dense_ids), list(o.trace.fused_ids)]]
 
 
+def _cut_at_other_k(given: Sequence[Any], truth: Sequence[Any], top_k: int) -> bool:
+    """True when ``given`` is a ranked list kept at another k than the run's ``top_k``: longer than any list
+    the run keeps, or a shorter head of the run's list ``truth``."""
+    return len(given) > top_k or (len(given) < len(truth) and list(given) == list(truth)[:len(given)])
+
+
+def _id_lists(out: Collector, label: str, trace: Mapping[str, Any], outcome: CaseOutcome, top_k: int) -> None:
+    """The trace's id lists against the run's: swapped lanes and lists kept at another k are named as such."""
+    truth = {"sparse_ids": list(outcome.trace.sparse_ids), "dense_ids": list(outcome.trace.dense_ids),
+             "fused_ids": list(outcome.trace.fused_ids)}
+    given = {k: list(trace[k]) if isinstance(trace[k], (list, tuple)) else trace[k] for k in truth if k in trace}
+    wrong = [k for k in given if given[k] != truth[k]]
+    if ("sparse_ids" in wrong and "dense_ids" in wrong and given["sparse_ids"] == truth["dense_ids"]
+            and given["dense_ids"] == truth["sparse_ids"]):
+        out.problem(f"{label}: sparse_ids are the run's dense_ids and the other way round (sparse_ids "
+                    f"{given['sparse_ids']}, dense_ids {given['dense_ids']}): sparse_ids is the BM25 lane's list "
+                    "(o.trace.sparse_ids), dense_ids the dense lane's (o.trace.dense_ids)", kind="lanes swapped")
+        wrong = [k for k in wrong if k == "fused_ids"]
+    cut = [k for k in wrong if isinstance(given[k], list) and _cut_at_other_k(given[k], truth[k], top_k)]
+    if cut:
+        held = "; ".join(f"{k} holds {len(given[k])} ids ({given[k]}), the run's {len(truth[k])} ({truth[k]})" for k in cut)
+        out.problem(f"{label}: {held}: the run kept top_k = {top_k} (run.config.top_k), so none of its lists holds "
+                    f"more than {top_k}; search with top_k=run.config.top_k, or copy o.trace.to_dict()",
+                    kind="lists kept at another k")
+    for key in (k for k in wrong if k not in cut):
+        out.problem(f"{label}: {key} {given[key]} differ from the run's {truth[key]}")
+
+
 def check_failed_traces(
     traces: Sequence[Mapping[str, Any]],
     run: GateRun,
@@ -211,11 +239,7 @@ def check_failed_traces(
         if lacking_keys:
             out.problem(f"{label} lacks {lacking_keys}: a compact trace keeps candidate ids, lane ranks, "
                         "versions and timings")
-        lanes = {"sparse_ids": outcome.trace.sparse_ids, "dense_ids": outcome.trace.dense_ids,
-                 "fused_ids": outcome.trace.fused_ids}
-        for key, truth in lanes.items():
-            if key in trace and list(trace[key]) != list(truth):
-                out.problem(f"{label}: {key} {list(trace[key])} differ from the run's {list(truth)}")
+        _id_lists(out, label, trace, outcome, run.config.top_k)
         _trace_candidates(out, label, trace, outcome)
         scored = check_trace_scores(out, label, trace, outcome)
         versions = trace.get("versions")
@@ -331,7 +355,12 @@ def check_candidates_artifact(
             continue
         ids = [c.get("chunk_id") if isinstance(c, Mapping) else None for c in candidates]
         truth = list(outcome.ids["hybrid"])
-        if ids != truth:
+        if ids != truth and _cut_at_other_k(ids, truth, run.config.top_k) and not any(
+                ids == list(outcome.ids[lane]) for lane in ("bm25", "dense")):
+            out.problem(f"{label}: candidates hold {len(ids)} ids ({ids}), the fused list {len(truth)} ({truth}): the run "
+                        f"kept top_k = {run.config.top_k} (run.config.top_k); keep the whole fused list, o.ids['hybrid']",
+                        kind="fused lists kept at another k")
+        elif ids != truth:
             out.problem(f"{label}: candidates are not the fused list (expected {truth}, got {ids}): keep the RRF output",
                         kind="candidates that are not the fused list")
         _ranks(out, label, candidates)
