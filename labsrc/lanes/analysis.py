@@ -66,7 +66,7 @@ LUCENE_ENGLISH_STOPWORDS = frozenset(
 #: category Pd, ``-`` itself aside) and U+2212 MINUS SIGN (category Sm, but what a word processor puts in "RPL−14").
 #: Written out rather than derived at import: deriving costs 0.12 s, and the set would then depend on the Python's
 #: Unicode version (3.10 has no U+2E5D), so one saved index would analyse differently on two machines.
-#: ``tests/test_analysis.py`` checks it against ``unicodedata.category``.
+#: ``tests/test_dashes.py`` checks it against ``unicodedata.category``.
 DASHES = frozenset(
     "\u058a\u05be\u1400\u1806\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2e17\u2e1a\u2e3a\u2e3b\u2e40"
     "\u2e5d\u301c\u3030\u30a0\ufe31\ufe32\ufe58\ufe63\uff0d\U00010ead"
