@@ -166,3 +166,13 @@ def test_a_pasted_hidden_code_is_judged_as_the_code_not_as_a_meaning_only_attack
     without = check_adversarial_cases([*solution, attack], chunks, callers, EVAL_DATE)
     assert without.passed, without
     assert "vip-rpl-1" in tokens(attack.query)
+
+
+@pytest.mark.parametrize("dash", ["\u2011", "\u2013", "\u2212"])
+def test_the_course_reads_a_pasted_code_as_the_code_it_is(dash):
+    from labsrc.course.checks.evidence import policy_codes, query_style
+
+    pasted = f"VIP{dash}RPL{dash}1"
+    assert policy_codes(f"is {pasted} still valid, or rpl{dash}14?") == ("VIP-RPL-1", "RPL-14")
+    assert query_style(pasted) == "exact_code"
+    assert query_style(f"{pasted} refund") == "mixed"

@@ -6,6 +6,7 @@ the persisted BM25 index.
 """
 
 from labsrc.lanes.analysis import (
+    DASHES,
     LESSON_STOPWORDS,
     LESSON_TOKEN_PATTERN,
     LUCENE_ENGLISH_STOPWORDS,
@@ -13,6 +14,7 @@ from labsrc.lanes.analysis import (
     STEM_CACHE_SIZE,
     Analyzer,
     english_analyzer,
+    fold_dashes,
     lesson_analyzer,
     tokens,
 )
@@ -125,6 +127,7 @@ from labsrc.lanes.sources import load_dense_source, visible_chunks
 
 __all__ = [
     "Analyzer",
+    "DASHES",
     "BM25Index",
     "DEFAULT_B",
     "DEFAULT_K1",
@@ -180,6 +183,7 @@ __all__ = [
     "embed_to_dir",
     "encode_checked",
     "english_analyzer",
+    "fold_dashes",
     "exhaustive_ns",
     "explain",
     "float32_cosine_margin",

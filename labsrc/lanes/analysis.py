@@ -32,6 +32,7 @@ from pathlib import Path
 from labsrc.errors import InvalidArgument, MissingDependency
 
 __all__ = [
+    "DASHES",
     "Analyzer",
     "LESSON_TOKEN_PATTERN",
     "LESSON_STOPWORDS",
@@ -39,6 +40,7 @@ __all__ = [
     "PROSE_TOKEN_PATTERN",
     "STEM_CACHE_SIZE",
     "english_analyzer",
+    "fold_dashes",
     "lesson_analyzer",
     "tokens",
 ]
@@ -72,6 +74,11 @@ DASHES = frozenset(
     "\u2e5d\u301c\u3030\u30a0\ufe31\ufe32\ufe58\ufe63\uff0d\U00010ead"
 )
 _TO_HYPHEN = str.maketrans(dict.fromkeys(DASHES, "-"))
+
+
+def fold_dashes(text: str) -> str:
+    """``text`` with every character of :data:`DASHES` read as ASCII ``-`` (ASCII text comes back as it is)."""
+    return text if text.isascii() else text.translate(_TO_HYPHEN)
 
 
 #: Most distinct tokens an analyzer remembers the stems of (about 150 bytes each); beyond it, new tokens are
@@ -187,8 +194,8 @@ class Analyzer:
         """Apply the unicode normal form, the dashes (after it: NFKC turns U+FE58 into U+2014) and case folding."""
         if self.normalize is not None:
             text = unicodedata.normalize(self.normalize, text)
-        if self.dashes and not text.isascii():
-            text = text.translate(_TO_HYPHEN)
+        if self.dashes:
+            text = fold_dashes(text)
         return text.casefold() if self.casefold else text
 
     def __call__(self, text: str) -> list[str]:

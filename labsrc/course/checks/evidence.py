@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from labsrc.boundary import block_reasons
-from labsrc.lanes.analysis import LESSON_STOPWORDS, LUCENE_ENGLISH_STOPWORDS, tokens
+from labsrc.lanes.analysis import LESSON_STOPWORDS, LUCENE_ENGLISH_STOPWORDS, fold_dashes, tokens
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller, PolicyChunk
 
@@ -50,8 +50,11 @@ def content_words(text: str) -> list[str]:
 
 
 def policy_codes(text: str) -> tuple[str, ...]:
-    """Policy codes in ``text`` in order of appearance, upper-cased: ``"rpl-14 vs CLM-7"`` → ``("RPL-14", "CLM-7")``."""
-    return tuple(match.upper() for match in _POLICY_CODE.findall(text))
+    """Policy codes in ``text`` in order of appearance, upper-cased: ``"rpl-14 vs CLM-7"`` → ``("RPL-14", "CLM-7")``.
+
+    Any Unicode dash counts as ``-``, as the analyzer reads it (``VIP‑RPL‑1`` pasted with U+2011 is ``VIP-RPL-1``).
+    """
+    return tuple(match.upper() for match in _POLICY_CODE.findall(fold_dashes(text)))
 
 
 def query_style(query: str) -> str:
@@ -59,7 +62,7 @@ def query_style(query: str) -> str:
     codes = policy_codes(query)
     if not codes:
         return "paraphrase"
-    rest = _POLICY_CODE.sub(" ", query)
+    rest = _POLICY_CODE.sub(" ", fold_dashes(query))
     return "mixed" if re.search(r"[A-Za-z0-9]", rest) else "exact_code"
 
 
