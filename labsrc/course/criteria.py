@@ -21,6 +21,7 @@ from labsrc.course.checks import (
     check_positive_cases,
     query_style,
 )
+from labsrc.course.checks.model_rows import check_rows
 from labsrc.course.checks.result import CheckResult
 from labsrc.course.grades import Evidence
 from labsrc.course.replays import ExerciseArtifact, Replay
@@ -193,6 +194,13 @@ def _encoder(sub: Submission, cases: Sequence[Case], chunks, source: DenseSource
                         "re-run 'labsrc embed' after changing the chunks")
     if renamed:
         problems.append(f"case(s) {renamed} have a stored query id whose text differs from the case's query: re-embed")
+    if not problems:  # MODEL.json is text anyone can write: the criterion ticks only for rows verified as that model
+        rows = check_rows(source, cases, chunks) if isinstance(source, StoredEmbeddings) else None
+        if rows is None or not rows.verified:
+            why = "; ".join(rows.problems + rows.unverified) if rows is not None else "no stored rows to check"
+            problems.append(f"the vectors are not verified as the model MODEL.json names: {why}")
+        else:
+            return Evidence(criterion, True, f"{sub.describe(sub.vectors)}: {rows.summary}; " + "; ".join(check.passes[:2]))
     return Evidence(criterion, not problems, "; ".join(problems) or f"{sub.describe(sub.vectors)}: " + "; ".join(check.passes[:2]))
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from labsrc.boundary import permitted_chunks
+from labsrc.course.checks.model_rows import check_rows
 from labsrc.course.checks.result import CheckResult, Collector
 from labsrc.course.submission import MODEL_FOLDER, shell_path
 from labsrc.gate.gates import as_caller_map
@@ -105,8 +106,9 @@ def _dense_source(
 ) -> None:
     """:func:`check_dense_source` into ``out``; with the learner's ``report``, a field MODEL.json lacks says
     that the report's value for it is not what is wrong."""
-    from labsrc.lanes.embed import (
-        missing_model_fields,  # embed imports vectordir; keep checks importable on its own
+    from labsrc.lanes.embed import (  # embed imports vectordir; keep checks importable on its own
+        StoredEmbeddings,
+        missing_model_fields,
     )
 
     version = str(getattr(source, "version", ""))
@@ -163,6 +165,14 @@ def _dense_source(
             )
         if chunks and not copied and (lacking is None or not lacking):
             out.passes.append("every case query has its own vector, not a chunk's document vector")
+    if chunks and isinstance(source, StoredEmbeddings) and model:
+        copied_cases = frozenset(name for name, _, _ in copied_query_vectors(source, cases, chunks)) if cases else frozenset()
+        rows = check_rows(source, cases, chunks, skip=copied_cases)  # MODEL.json is text: are the rows that model's?
+        for problem in rows.problems:
+            out.problem(problem, kind="vectors that are not the model MODEL.json names")
+        out.passes += [f"not verified here: {why}" for why in rows.unverified]
+        if rows.verified:
+            out.passes.append(rows.summary)
 
 
 def _blank(value: object) -> bool:
