@@ -2,8 +2,9 @@
 
 When a number is wrong the check says which mistake produced it, where it can
 tell: a p50 that is the mean, a p95 that is the maximum or another percentile
-method, a percentile taken with the warm-up rounds put back, a Recall@k over all chunks instead of the caller's permitted ones, a
-mean over every case instead of the positive ones. Numbers are printed with as
+method, a percentile taken with the warm-up rounds put back, a Recall@k over
+all chunks instead of the caller's permitted ones, a mean over every case
+instead of the positive ones. Numbers are printed with as
 many digits as it takes to tell them apart, and a value rounded the way the
 notebook displays it (two decimals or more) is accepted.
 """

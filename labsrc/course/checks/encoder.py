@@ -166,8 +166,9 @@ def _dense_source(
         if chunks and not copied and (lacking is None or not lacking):
             out.passes.append("every case query has its own vector, not a chunk's document vector")
     if chunks and isinstance(source, StoredEmbeddings) and model:
-        copied_cases = frozenset(name for name, _, _ in copied_query_vectors(source, cases, chunks)) if cases else frozenset()
-        rows = check_rows(source, cases, chunks, skip=copied_cases)  # MODEL.json is text: are the rows that model's?
+        # MODEL.json is text: are the rows that model's? (A copied document vector is named above, not again.)
+        copied_cases = frozenset(name for name, _, _ in copied_query_vectors(source, cases, chunks))
+        rows = check_rows(source, cases, chunks, skip=copied_cases)
         for problem in rows.problems:
             out.problem(problem, kind="vectors that are not the model MODEL.json names")
         out.passes += [f"not verified here: {why}" for why in rows.unverified]
