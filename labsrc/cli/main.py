@@ -100,11 +100,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # only the main thread may set a handler (a caller of main() in a thread keeps its own).
     previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
     try:
-        status = _run(args)
+        try:
+            status = _run(args)
+        except BaseException:  # an error no handler expected: still stop the engines, then let it show
+            _close_engines()
+            raise
         # Engines stop here, after the command: a Ctrl-C meanwhile must not leave a server running, nor print
         # a traceback from inside the shutdown. The shutdown finishes, and the run ends as interrupted.
         stopped_by = _close_engines()
-        return _interrupted(stopped_by) if stopped_by is not None and status != 130 else status
+        return _interrupted(stopped_by) if stopped_by is not None and status not in (130, 143) else status
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -152,7 +156,7 @@ def _close_engines() -> KeyboardInterrupt | None:
     if engines is None:
         return None
     arrived: KeyboardInterrupt | None = None
-    for _ in range(10):  # bounded: ten signals in a row and the rest is left to the servers' own atexit stops
+    for _ in range(10):  # bounded: after ten signals in a row, each embedded server's reaper stops it
         try:
             engines.close_engines()
             return arrived
