@@ -27,9 +27,18 @@ def test_custom_budgets():
 
 
 def test_measured_lesson_request_stays_within_budget(data):
-    # A generous smoke test: the five-chunk lesson is far below every budget.
-    trace = labsrc.trace_hybrid_request("RPL-14", "exact", data.luna, data.chunks, data.vectors, data.eval_date)
-    assert labsrc.exceeded_retrieval_budgets(trace.timings_ms) == []
+    # A generous smoke test: the five-chunk lesson is far below every budget. One request's timing can catch a
+    # descheduled moment on a loaded machine (fusion took over 8 ms once in CI), so the median of 15 is judged,
+    # as the latency gate judges percentiles, never a single sample.
+    import statistics
+
+    traces = [
+        labsrc.trace_hybrid_request("RPL-14", "exact", data.luna, data.chunks, data.vectors, data.eval_date)
+        for _ in range(15)
+    ]
+    medians = {stage: statistics.median(t.timings_ms[stage] for t in traces) for stage in traces[0].timings_ms}
+    assert set(medians) >= set(labsrc.RETRIEVAL_BUDGET_MS)
+    assert labsrc.exceeded_retrieval_budgets(medians) == []
 
 
 def test_each_engine_has_its_default_budgets_and_a_teams_own_are_kept():
