@@ -147,6 +147,7 @@ def _dense_source(
         if "normalized" not in missing:
             out.check(model.get("normalized") is True, "vectors are L2-normalised",
                       f"{_model_file(source)} says normalized: {model.get('normalized')!r}, not true")
+    copied = copied_query_vectors(source, cases, chunks) if cases else []
     if cases:
         lacking = missing_query_vectors(source, cases)
         if lacking is not None:
@@ -155,7 +156,6 @@ def _dense_source(
                 f"all {len(cases)} case queries have a stored vector",
                 f"{no_vector_hint(len(lacking), cases_path=cases_path)} (case(s) {list(lacking)})",
             )
-        copied = copied_query_vectors(source, cases, chunks)
         for name, chunk_id, cosine in copied:
             out.problem(
                 f"case {name!r}: its stored query vector is chunk {chunk_id}'s document vector (cosine {cosine:.4f}), "
@@ -167,8 +167,7 @@ def _dense_source(
             out.passes.append("every case query has its own vector, not a chunk's document vector")
     if chunks and isinstance(source, StoredEmbeddings) and model:
         # MODEL.json is text: are the rows that model's? (A copied document vector is named above, not again.)
-        copied_cases = frozenset(name for name, _, _ in copied_query_vectors(source, cases, chunks))
-        rows = check_rows(source, cases, chunks, skip=copied_cases)
+        rows = check_rows(source, cases, chunks, skip=frozenset(name for name, _, _ in copied))
         for problem in rows.problems:
             out.problem(problem, kind="vectors that are not the model MODEL.json names")
         out.passes += [f"not verified here: {why}" for why in rows.unverified]

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from labsrc.errors import LabError
+from labsrc.lanes.coverage import query_lookup
 from labsrc.records.cases import Case
 from labsrc.records.policy import PolicyChunk
 
@@ -133,7 +134,8 @@ def check_rows(
         compared += len(ids)
 
     # Query rows: the course's own questions against the reference, the learner's against a fresh encoding.
-    asked = sorted((c for c in cases if c.query.strip() and c.name not in skip and _has_query(source, c.query)),
+    has_query = query_lookup(source) or (lambda text: False)
+    asked = sorted((c for c in cases if c.query.strip() and c.name not in skip and has_query(c.query)),
                    key=lambda c: c.name)
     known = [c for c in asked if reference.has_query(c.query)]
     own = [c for c in asked if not reference.has_query(c.query)][: max(0, int(sample))]
@@ -155,11 +157,6 @@ def check_rows(
         problems += _mismatches(stored, model_rows, [f"query {c.query!r}" for c in checked], what="query")
         compared += len(checked)
     return RowCheck(not problems and not unverified and compared > 0, compared, tuple(problems), tuple(unverified))
-
-
-def _has_query(source: Any, text: str) -> bool:
-    has = getattr(source, "has_query", None)
-    return bool(has(text)) if callable(has) else False
 
 
 def _mismatches(stored: np.ndarray, model_rows: np.ndarray, names: list[str], *, what: str) -> list[str]:
