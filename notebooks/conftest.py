@@ -13,6 +13,7 @@ import pytest
 
 from labsrc.datasets import find_dataset_dir, missing_data_reason
 from labsrc.engines import postgres_available
+from student_checks import add_student_items
 
 #: Notebook file name → the BEIR collection it needs.
 BEIR_NOTEBOOKS = {
@@ -34,6 +35,7 @@ def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    add_student_items(items)  # each student twin's checks, in its lesson's kernel (notebooks/student_checks.py)
     missing: dict[str, bool] = {}
     engine_missing = postgres_available()
     for item in items:

@@ -4,8 +4,8 @@ xdist's ``--dist loadfile`` keeps each file on one worker: a notebook's cells mu
 order in one kernel, and a module's fixtures (a server, a gate run) are made once. Two
 things make that slow here, and this scheduler changes only them:
 
-* a few files hold minutes of independent work (every student twin executed in turn);
-  their tests are scheduled one by one (:data:`PER_TEST`);
+* a few files hold minutes of independent work (the gate's properties, each a hundred
+  gate runs); their tests are scheduled one by one (:data:`PER_TEST`);
 * files are handed out in collection order, so the heaviest could start last and leave
   one worker running alone at the end; :data:`HEAVY_FIRST` (the costliest files in
   the measured table of docs/development.md) go first, in that order.
@@ -20,11 +20,10 @@ from collections import OrderedDict
 from xdist.scheduler import LoadScopeScheduling
 
 #: Files whose tests share no costly fixture: each test is a unit of its own.
-PER_TEST = frozenset({"tests/test_student_notebooks.py", "tests/test_gate_properties.py"})
+PER_TEST = frozenset({"tests/test_gate_properties.py"})
 
 #: The costliest files, started first (measured: tests/costs.py, docs/development.md).
 HEAVY_FIRST = (
-    "tests/test_student_notebooks.py",
     "tests/test_audit_lancedb.py",
     "tests/test_gate_field.py",
     "tests/test_gate_properties.py",

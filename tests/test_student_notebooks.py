@@ -1,32 +1,30 @@
 """The lesson notebooks' student twins (notebooks/student/, written by notebooks/make_students.py).
 
 Each lesson notebook is the solution, validated by nbval. Its twin blanks every answer marked
-``# ANSWER``; these tests check that the twins are up to date, handed out blank, and that every
-check cell of a twin stops with its hint (``BlankAnswer``), never a NameError or TypeError.
+``# ANSWER``; these tests check that the twins are up to date and handed out blank. That every
+check cell of a twin stops with its hint (``BlankAnswer``), never a NameError or TypeError, and
+that a wrong-typed answer stops its check with the message a learner should read, are nbval items
+of the lessons themselves (notebooks/student_checks.py): they run in the lesson's kernel, so the
+lesson's body is executed once, not once more per twin. The tests here check that those items are
+there, in the right place, and that what they rely on holds.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from labsrc.datasets import find_dataset_dir
-from labsrc.engines import postgres_available
-
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-_spec = importlib.util.spec_from_file_location("make_students", NOTEBOOKS / "make_students.py")
-make_students = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(make_students)
+sys.path.insert(0, str(NOTEBOOKS))
+import make_students  # noqa: E402
+import student_checks  # noqa: E402
 
 LESSONS = make_students.lesson_notebooks()
-#: Lesson notebooks that run on BEIR SciFact (notebooks/conftest.py skips them without it).
-BEIR = {"08-tuning-fusion", "09-real-benchmark", "11-filter-placement"}
-POSTGRES = {"12-into-a-real-database"}
-REQUIRE = re.compile(r'^require_answer\("(\w+)"', re.MULTILINE)
+REQUIRE = student_checks.REQUIRE
 
 
 def _cells(path: Path) -> list[dict]:
@@ -90,90 +88,41 @@ def test_blank_answers_replaces_whole_statements_only():
         make_students.blank_answers("a, b = 1, 2  # ANSWER")
 
 
-@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
-def test_every_check_in_a_twin_stops_with_its_hint(path):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    if (path.stem in BEIR or path.stem in POSTGRES) and find_dataset_dir("scifact") is None:
-        pytest.skip("needs BEIR scifact (see notebooks/conftest.py)")
-    if path.stem in POSTGRES and (reason := postgres_available()):
-        pytest.skip(reason)
-    twin = make_students.STUDENT_DIR / path.name
-    notebook = nbformat.read(twin, as_version=4)
-    client = nbclient.NotebookClient(
-        notebook, timeout=300, kernel_name="python3", allow_errors=True, resources={"metadata": {"path": str(twin.parent)}}
-    )
-    client.execute()
-    errors = {}
-    for i, cell in enumerate(notebook.cells):
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error":
-                errors[i] = (output["ename"], output["evalue"])
-    checks = {i: REQUIRE.findall(c.source) for i, c in enumerate(notebook.cells) if c.cell_type == "code"}
-    checks = {i: names for i, names in checks.items() if names}
-    # Exactly the check cells stop, each on its first blank answer, with its hint; nothing else fails.
-    assert sorted(errors) == sorted(checks), f"{twin.name}: errors in cells {sorted(errors)}, checks in {sorted(checks)}: {errors}"
-    for i, (ename, evalue) in errors.items():
-        assert ename == "BlankAnswer", f"{twin.name}, cell {i}: {ename}: {evalue}"
-        assert f"`{checks[i][0]}` is still blank (...): " in evalue
-        # The hint is the one the cell passes to require_answer (its opening words, before any f-string field).
-        hint = evalue.split("is still blank (...): ", 1)[1]
-        assert hint and hint[:10] in notebook.cells[i].source, f"{twin.name}, cell {i}: hint {hint!r}"
+def test_every_lesson_runs_its_twins_checks_in_its_own_kernel_before_its_first_answer():
+    # nbval's collection of the lessons, with the items notebooks/student_checks.py adds: each lesson's twin
+    # check (and its wrong answers) come just before the lesson's first answer cell, in the same file.
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider",
+                           *(str(p) for p in LESSONS)], capture_output=True, text=True, timeout=120, cwd=NOTEBOOKS.parent)
+    ids = [line for line in done.stdout.splitlines() if "::" in line]
+    for path in LESSONS:
+        start = student_checks.first_answer(student_checks.code_cells(make_students.nbformat.read(path, as_version=4)))
+        mine = [i.split("::", 1)[1] for i in ids if i.startswith(f"notebooks/{path.name}::")]
+        wrong = [row for row in student_checks.WRONG_ANSWERS if row[0] == path.stem]
+        added = ["student twin: every check stops with its hint",
+                 *(f"wrong answer {k}: {row[1]}" for k, row in enumerate(wrong, 1))]
+        at = mine.index(f"Cell {start}")
+        assert mine[at - len(added):at] == added, (path.name, mine)
+        assert mine[at - len(added) - 1] == f"Cell {start - 1}"
+    assert sum(row[0] == "06-release-gates" for row in student_checks.WRONG_ANSWERS) == 4
 
 
-def _with_answer(path: Path, target: str, statement: str):
-    """The lesson notebook with the marked answer to ``target`` replaced by ``statement`` (a learner's mistake)."""
-    nbformat = pytest.importorskip("nbformat")
-    notebook = nbformat.read(path, as_version=4)
-    for cell in notebook.cells:
-        if cell.cell_type != "code":
-            continue
-        for name, first, last in make_students._marked(cell.source):
-            if name == target:
-                lines = cell.source.split("\n")
-                cell.source = "\n".join([*lines[:first], statement, *lines[last + 1:]])
-                return notebook
-    raise AssertionError(f"{path.name} has no marked answer {target!r}")
+def test_the_namespace_is_put_back_exactly_as_it_was_saved():
+    namespace = {"kept": [1], "changed": "lesson"}
+    kept = namespace["kept"]
+    namespace["get_ipython"] = lambda: type("Shell", (), {"user_ns": namespace})()
+    exec(student_checks._SAVE, namespace)
+    exec("changed = ...\nadded = 1", namespace)
+    exec(student_checks._RESTORE, namespace)
+    namespace.pop("__builtins__")  # exec adds it
+    assert set(namespace) == {"kept", "changed", "get_ipython"}
+    assert namespace["changed"] == "lesson" and namespace["kept"] is kept
 
 
-def _run_until_check(notebook, target: str) -> tuple[str, str, str]:
-    """Run the notebook up to the check of ``target``; its printed text, error name and error value."""
-    nbclient = pytest.importorskip("nbclient")
-    last = next(i for i, c in enumerate(notebook.cells) if c.cell_type == "code" and target in REQUIRE.findall(c.source))
-    notebook.cells = notebook.cells[: last + 1]
-    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3", allow_errors=True,
-                                     resources={"metadata": {"path": str(NOTEBOOKS)}})
-    client.execute()
-    outputs = notebook.cells[last].get("outputs", [])
-    printed = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
-    error = next((o for o in outputs if o.get("output_type") == "error"), {})
-    return printed, error.get("ename", ""), error.get("evalue", "")
-
-
-@pytest.mark.parametrize(("notebook", "target", "statement", "ename", "said"), [
-    ("02-sparse-lane-bm25", "zero_term", 'zero_term = ["laptop"]', "WrongAnswer",
-     "`zero_term` is list ['laptop'], not a string: one term of the analysed query, as a string"),
-    ("06-release-gates", "my_recall_at_1", "my_recall_at_1 = 0.67", "WrongAnswer",
-     "`my_recall_at_1` is float 0.67, not a dict: a dict"),
-    ("06-release-gates", "my_recall_at_1", "my_recall_at_1 = [2 / 3, 2 / 3, 1.0]", "WrongAnswer",
-     "`my_recall_at_1` is list [0.6666666666666666, 0.6666666666666666, 1.0], not a dict"),
-    ("06-release-gates", "my_recall_at_1", 'my_recall_at_1 = {"bm25": 2 / 3, "dense": 2 / 3}', "WrongAnswer",
-     "`my_recall_at_1` has no 'hybrid' key: give every one of ['bm25', 'dense', 'hybrid']"),
-])
-def test_a_wrong_typed_answer_stops_its_check_with_the_hint(notebook, target, statement, ename, said):
-    printed, got, evalue = _run_until_check(_with_answer(NOTEBOOKS / f"{notebook}.ipynb", target, statement), target)
-    assert got == ename, (got, evalue)
-    assert said in evalue
-    assert "Correct" not in printed  # the answer is not given away
-
-
-def test_a_restricted_case_forbidding_a_superseded_chunk_is_refused_as_labsrc_gate_refuses_it():
-    statement = ('my_case = Case(name="my-merchant-refund", query="RPL-14 damaged refurbished laptops", '
-                 'caller="luna-48291", kind="restricted", forbidden=("eu-refurb-v1-rule",))')
-    notebook = _with_answer(NOTEBOOKS / "06-release-gates.ipynb", "my_case", statement)
-    printed, ename, evalue = _run_until_check(notebook, "my_case")
-    assert ename == "AssertionError" and "not yet: see the hint above" in evalue
-    assert ("Hint: labsrc gate would refuse this case: case 'my-merchant-refund', field 'kind', value 'restricted': "
-            "none of the forbidden chunks is hidden from 'luna-48291'") in printed
-    assert ("for being restricted (eu-refurb-v1-rule is hidden as superseded); make it a 'superseded' case, "
-            "the kind that matches why they are hidden") in printed
+def test_a_wrong_answer_replaces_only_its_marked_statement():
+    cells = ["x = 1", "a = 2\nmy_case = Case(  # ANSWER\n    name='a',\n)\nprint(my_case)", "require_answer(\"my_case\")"]
+    assert student_checks.first_answer(cells) == 1
+    assert student_checks.replace_answer(cells, "my_case", "my_case = 3") == [
+        "x = 1", "a = 2\nmy_case = 3\nprint(my_case)", "require_answer(\"my_case\")"]
+    assert cells[1].startswith("a = 2\nmy_case = Case(")  # not mutated
+    with pytest.raises(ValueError, match="no marked answer 'other'"):
+        student_checks.replace_answer(cells, "other", "other = 1")
