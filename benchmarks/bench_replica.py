@@ -78,17 +78,19 @@ class CpuMeter:
         self.roots = [psutil.Process()] + [
             psutil.Process(int((d / "postmaster.pid").read_text().split()[0])) for d in data_directories
         ]
+        self.seen: dict[tuple[int, float], float] = {}  # (pid, start time) -> its CPU seconds when last read
 
     def _own(self) -> float:
-        total = 0.0
+        """CPU seconds of every process seen so far: one that ended since keeps its last reading, so the
+        total never goes down (a backend that ended between two readings once made a share negative)."""
         for root in self.roots:
             for proc in [root, *root.children(recursive=True)]:
                 try:
-                    times = proc.cpu_times()
+                    times, started = proc.cpu_times(), proc.create_time()
                 except self.psutil.Error:  # a backend that just ended
                     continue
-                total += times.user + times.system
-        return total
+                self.seen[(proc.pid, started)] = times.user + times.system
+        return sum(self.seen.values())
 
     def _busy(self) -> float:
         times = self.psutil.cpu_times()

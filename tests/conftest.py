@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import compileall
 import contextlib
 import os
+import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -14,6 +17,12 @@ from tiers import SMOKE_MODULES, smoke_only
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER") and sys.dont_write_bytecode:
+        # PYTHONDONTWRITEBYTECODE (set on this machine and its CI) would make every process the suite starts
+        # (hundreds of CLI calls, every notebook's kernel) compile labsrc from source again: 0.35 s of a 2 s
+        # `labsrc gate` on the lesson. Compile it once, where Python itself would put it (labsrc/__pycache__,
+        # ignored by git); the processes still write nothing, they only read it.
+        compileall.compile_dir(Path(labsrc.__file__).parent, quiet=1, rx=re.compile(r"[/\\]starter[/\\]"))
     # Under pytest-xdist each worker gets a temporary folder of its own (for itself and every process it starts),
     # so a test that checks it left no labsrc-* folder behind does not see another worker's live ones.
     if worker := os.environ.get("PYTEST_XDIST_WORKER"):
@@ -39,7 +48,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``loadfile``, with the heaviest files first and the student twins one test at a time (tests/scheduling.py)."""
+    """``loadfile``, with the heaviest files first and the gate's properties one test at a time (tests/scheduling.py)."""
     if config.getvalue("dist") != "loadfile":  # another --dist given on the command line is left to xdist
         return None
     from scheduling import SuiteScheduling

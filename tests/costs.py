@@ -1,7 +1,9 @@
 """What the test suite spends, module by module: ``LABSRC_TEST_COSTS=FILE pytest``.
 
 A pytest plugin (tests/conftest.py loads it when the variable is set) that charges each
-test module with its wall time (setup, call and teardown of its items) and with what
+test module with its wall time (setup, call and teardown of its items), the CPU time its
+items used (the worker's and that of every child it waited for: subprocesses, forked
+builds, kernels; not a PostgreSQL server's, which is not the worker's child), and with what
 its tests start: subprocesses (``subprocess.Popen``, the CLI and pytest runs), forks
 (``os.fork``: the gate's workers, multiprocessing), embedded PostgreSQL servers
 (``EmbeddedServer``) and Jupyter kernels (nbval and the student-twin runs). At the end
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import subprocess
 import threading
 from collections import defaultdict
@@ -36,6 +39,7 @@ class Ledger:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = defaultdict(float)
         self.counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(KINDS, 0))
         self.module: str | None = None
         _install()
@@ -60,27 +64,39 @@ class Ledger:
     def add_time(self, module: str, seconds: float) -> None:
         self.seconds[module] += seconds
 
+    def add_cpu(self, module: str, seconds: float) -> None:
+        self.cpu[module] += seconds
+
     def rows(self) -> list[dict]:
         modules = set(self.seconds) | set(self.counts)
-        rows = [{"module": m, "seconds": round(self.seconds.get(m, 0.0), 1), **self.counts[m]} for m in modules]
+        rows = [{"module": m, "seconds": round(self.seconds.get(m, 0.0), 1), "cpu": round(self.cpu.get(m, 0.0), 1),
+                 **self.counts[m]} for m in modules]
         return sorted(rows, key=lambda r: (-r["seconds"], r["module"]))
 
     def merge(self, rows: list[dict]) -> None:
         """Add another process's :meth:`rows` (an xdist worker's) to this ledger."""
         for row in rows:
             self.seconds[row["module"]] += row["seconds"]
+            self.cpu[row["module"]] += row.get("cpu", 0.0)
             for kind in KINDS:
                 self.counts[row["module"]][kind] += row[kind]
 
     def markdown(self) -> str:
-        head = "| module | seconds | " + " | ".join(KINDS) + " |"
-        lines = [head, "|---|---:|" + "---:|" * len(KINDS)]
+        head = "| module | seconds | cpu seconds | " + " | ".join(KINDS) + " |"
+        lines = [head, "|---|---:|---:|" + "---:|" * len(KINDS)]
         for row in self.rows():
-            lines.append(f"| {row['module']} | {row['seconds']} | " + " | ".join(str(row[k]) for k in KINDS) + " |")
+            lines.append(f"| {row['module']} | {row['seconds']} | {row['cpu']} | "
+                         + " | ".join(str(row[k]) for k in KINDS) + " |")
         total = {k: sum(r[k] for r in self.rows()) for k in KINDS}
-        seconds = round(sum(self.seconds.values()), 1)
-        lines.append(f"| **all** | **{seconds}** | " + " | ".join(f"**{total[k]}**" for k in KINDS) + " |")
+        seconds, cpu = round(sum(self.seconds.values()), 1), round(sum(self.cpu.values()), 1)
+        lines.append(f"| **all** | **{seconds}** | **{cpu}** | " + " | ".join(f"**{total[k]}**" for k in KINDS) + " |")
         return "\n".join(lines) + "\n"
+
+
+def _cpu_seconds() -> float:
+    """User and system CPU seconds of this process and of every child it has waited for."""
+    mine, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _charge(kind: str) -> None:
@@ -134,8 +150,13 @@ class CostPlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
-        with self.ledger.charging(self._module(item)):
-            return (yield)
+        module = self._module(item)
+        before = _cpu_seconds()
+        try:
+            with self.ledger.charging(module):
+                return (yield)
+        finally:
+            self.ledger.add_cpu(module, _cpu_seconds() - before)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         module = report.nodeid.split("::", 1)[0]

@@ -18,7 +18,9 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("chromadb")
+from optional import require  # noqa: E402
+
+require("chromadb")
 
 _SCRIPT = textwrap.dedent('''
     import datetime as dt, json, os, socket, tempfile

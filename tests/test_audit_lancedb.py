@@ -17,7 +17,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "outside"))
 from fresh_audit import audit_in_fresh_interpreter  # noqa: E402
 
-pytest.importorskip("lancedb")
+from optional import require  # noqa: E402
+
+require("lancedb")
 
 import labsrc
 from labsrc.audit import AuditRow

@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-pytest.importorskip("llama_index.retrievers.bm25")
-pytest.importorskip("llama_index.core")
+from optional import require  # noqa: E402
+
+require("llama_index.retrievers.bm25", "llama_index.core")
 
 import labsrc  # noqa: E402
 from labsrc.audit.llamaindex_bm25 import LlamaIndexHybrid, _imports  # noqa: E402

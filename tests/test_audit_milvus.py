@@ -20,8 +20,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "outside"))
 from fresh_audit import audit_in_fresh_interpreter  # noqa: E402
 
-pytest.importorskip("pymilvus")
-pytest.importorskip("milvus_lite")
+from optional import require  # noqa: E402
+
+require("pymilvus", "milvus_lite")
 
 import labsrc
 from labsrc.audit import AuditRow

@@ -2,7 +2,7 @@
 
 * The lab's ``PolicyRetriever`` is never flagged: no hidden id returned, the
   same answer as a build over the caller's permitted chunks, the same answer
-  with bait.
+  with bait, and none of the requests the gate generates breaks the invariant.
 * A post-filtering retriever (BM25 over every stored chunk, drop what the
   caller may not see, keep k) is always flagged whenever a hidden chunk
   outranks a permitted one in its unfiltered ranking.
@@ -21,6 +21,7 @@ from strategies import REGIONS, TAGS, chunk_records, days, invisible_chunks, tex
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NEW_GATES = ("boundary on every returned id", "noninterference by rebuild", "noninterference by bait")
+PROBES = "generated probes"
 VECTORS = EncoderVectors(HashingEncoder(dimension=32))
 
 
@@ -40,8 +41,8 @@ def worlds(draw):
     return stored, caller, on_date, cases, draw(st.integers(1, 4))
 
 
-def statuses(run) -> dict[str, str]:
-    return {g.name: g.status for g in run.gates if g.name in NEW_GATES}
+def statuses(run, names=NEW_GATES) -> dict[str, str]:
+    return {g.name: g.status for g in run.gates if g.name in names}
 
 
 @SETTINGS
@@ -50,7 +51,7 @@ def test_the_gates_never_flag_the_labs_retriever(world) -> None:
     stored, caller, on_date, cases, top_k = world
     run = labsrc.gate_retriever(labsrc.PolicyRetriever, stored, [caller], cases, VECTORS,
                                 labsrc.GateConfig(top_k=top_k, min_recall={}), on_date=on_date, measure=False)
-    assert statuses(run) == dict.fromkeys(NEW_GATES, "PASS"), [g.findings for g in run.gates]
+    assert statuses(run, (*NEW_GATES, PROBES)) == dict.fromkeys((*NEW_GATES, PROBES), "PASS"), [g.findings for g in run.gates]
 
 
 class PostFilter:
@@ -77,8 +78,10 @@ def test_a_post_filtering_retriever_is_flagged_when_a_hidden_chunk_outranks_a_pe
                 seen_hidden = True
             elif seen_hidden:
                 outranked = True
+    # The property is about the replay's gates: no generated requests (probe_budget 0), half the run's cost.
     run = labsrc.gate_retriever(PostFilter, stored, [caller], cases, None,
-                                labsrc.GateConfig(top_k=top_k, min_recall={}), on_date=on_date, measure=False)
+                                labsrc.GateConfig(top_k=top_k, min_recall={}, probe_budget=0), on_date=on_date,
+                                measure=False)
     flagged = "FAIL" in statuses(run).values()
     event("a hidden chunk outranks a permitted one" if outranked else "no hidden chunk outranks a permitted one")
     if outranked:

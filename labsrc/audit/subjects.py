@@ -88,7 +88,7 @@ def _duckdb(config: GateConfig) -> Any:
 
 #: What ``import lancedb`` loads before the module whose import starts its event loop's thread: 2.5 s of
 #: its 2.9 s (measured: ``lance_namespace``'s generated REST client alone takes 1.1 s), none of it a thread.
-LANCEDB_PRELOAD = ("pyarrow.dataset", "pandas", "lance_namespace")
+LANCEDB_PRELOAD = ("pyarrow", "pyarrow.dataset", "pandas", "lance_namespace")
 
 
 def _lancedb(prefilter: bool) -> Callable[[GateConfig], Any]:
