@@ -5,7 +5,8 @@ statement whose first line ends with the marker comment ``# ANSWER``, and nbval 
 The twin is the same notebook with each marked statement replaced by ``name = ...`` and no
 outputs. Each check cell starts with ``labsrc.course.require_answer``, so on a blank answer it
 stops with its hint (``BlankAnswer``), not with a TypeError. tests/test_student_notebooks.py
-checks that the twins are up to date and that every check cell of a twin stops that way.
+checks that the twins are up to date; notebooks/student_checks.py, run by nbval in each lesson's
+own kernel, checks that every check cell of a twin stops that way.
 
 After editing a lesson notebook, regenerate (and do not execute the twins in place):
 

@@ -218,8 +218,8 @@ def test_a_preloaded_subject_names_every_library_its_factory_imports_and_starts_
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True)
     before, after, python_threads, missing, with_left = json.loads(out.stdout.strip().splitlines()[-1])
     assert (python_threads, missing) == (1, []), out.stdout
-    # No new thread, except jemalloc's background thread (pyarrow's allocator): jemalloc's own fork handlers
-    # make a forked child safe without it, as every gate run with pandas loaded shows.
+    # No new thread, except jemalloc's background thread (pyarrow's allocator, also started by `import pandas`):
+    # jemalloc's own fork handlers (pthread_atfork) reset its locks in a forked child, which then runs without it.
     new = list(after)
     for thread in before:
         new.remove(thread)
