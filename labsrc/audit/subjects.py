@@ -32,8 +32,9 @@ class AuditSubject:
     control: bool = False
     #: Modules the factory imports, imported once in the gate's process by :meth:`factory` so that each
     #: forked build inherits them instead of importing them again (LangChain: 1.8 s a build, Chroma 3.8 s).
-    #: Only modules whose import starts no thread: a fork copies no thread, and a library whose import
-    #: started one (LanceDB's event loop, Milvus Lite's gRPC) would hang in the worker.
+    #: Only modules whose import starts no thread (jemalloc's background thread aside, whose fork handlers
+    #: reset it): a fork copies no thread, and a library whose import started one (LanceDB's event loop,
+    #: Milvus Lite's gRPC) would hang in the worker.
     preload: tuple[str, ...] = ()
 
     def factory(self, config: GateConfig) -> Any:
@@ -87,7 +88,9 @@ def _duckdb(config: GateConfig) -> Any:
 
 
 #: What ``import lancedb`` loads before the module whose import starts its event loop's thread: 2.5 s of
-#: its 2.9 s (measured: ``lance_namespace``'s generated REST client alone takes 1.1 s), none of it a thread.
+#: its 2.9 s (measured: ``lance_namespace``'s generated REST client alone takes 1.1 s). None of it starts a
+#: Python thread; pyarrow starts jemalloc's background thread, as ``import pandas`` does, which jemalloc's
+#: own fork handlers make safe (tests/test_audit.py checks both).
 LANCEDB_PRELOAD = ("pyarrow", "pyarrow.dataset", "pandas", "lance_namespace")
 
 
