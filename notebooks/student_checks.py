@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import re
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty
 
@@ -89,23 +91,25 @@ def replace_answer(sources: list[str], target: str, statement: str) -> list[str]
     raise ValueError(f"no marked answer {target!r}")
 
 
+@dataclass
 class CellRun:
     """What one cell printed and raised, as the kernel reported it."""
 
-    def __init__(self) -> None:
-        self.printed = ""
-        self.ename = ""
-        self.evalue = ""
+    printed: str = ""
+    ename: str = ""
+    evalue: str = ""
 
 
 def run_cell(kernel, source: str) -> CellRun:
-    """Execute ``source`` in nbval's kernel and collect its printed text and its error, if any."""
+    """Execute ``source`` in nbval's kernel and collect its printed text and its error, if any, within
+    :data:`CELL_TIMEOUT_S` in all (a cell that keeps printing is stopped too)."""
+    deadline = time.monotonic() + CELL_TIMEOUT_S
     msg_id = kernel.execute_cell_input(source, allow_stdin=False)
     run = CellRun()
     try:
         kernel.await_reply(msg_id, timeout=CELL_TIMEOUT_S)
         while True:
-            msg = kernel.get_message(stream="iopub", timeout=CELL_TIMEOUT_S)
+            msg = kernel.get_message(stream="iopub", timeout=max(0.0, deadline - time.monotonic()))
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]

@@ -126,3 +126,30 @@ def test_a_wrong_answer_replaces_only_its_marked_statement():
     assert cells[1].startswith("a = 2\nmy_case = Case(")  # not mutated
     with pytest.raises(ValueError, match="no marked answer 'other'"):
         student_checks.replace_answer(cells, "other", "other = 1")
+
+
+class _SilentKernel:
+    """A kernel that takes a cell and never reports it idle."""
+
+    interrupted = False
+
+    def execute_cell_input(self, source, allow_stdin=None):
+        return "m1"
+
+    def await_reply(self, msg_id, timeout=None):
+        return None
+
+    def get_message(self, stream, timeout=None):
+        from queue import Empty
+
+        raise Empty
+
+    def interrupt(self):
+        self.interrupted = True
+
+
+def test_a_cell_that_never_finishes_fails_its_item_and_is_interrupted():
+    kernel = _SilentKernel()
+    with pytest.raises(pytest.fail.Exception, match="a cell gave no answer within 300 s: 'while True: pass'"):
+        student_checks.run_cell(kernel, "while True: pass")
+    assert kernel.interrupted
