@@ -20,7 +20,9 @@ from labsrc.reports.report import REPORT_FILES
 
 LESSON = fixtures_dir() / "lesson"
 FILES = ["--chunks", str(LESSON / "chunks.jsonl"), "--callers", str(LESSON / "callers.json")]
-FAST = ["--repetitions", "2", "--no-progress"]
+#: The config's own 20 timed repetitions: with 2, a p95 over 14 samples is their largest, and one slow sample
+#: under CI load (fusion 11.9 ms against the lesson's 8 ms budget) failed a report whose point was elsewhere.
+FAST = ["--no-progress"]
 
 
 def gate_args(cases: Path, *extra: str) -> list[str]:
@@ -294,10 +296,10 @@ def test_report_in_a_log_writes_heartbeats(tmp_path: Path, monkeypatch, capsys) 
     import labsrc.cli.report as cli_report
 
     monkeypatch.setattr(cli_report, "make_progress", lambda no_progress=False: make_progress(no_progress, interval_s=0))
-    assert main(["report", "--repetitions", "2", "--out", str(tmp_path / "out")]) == 0
+    assert main(["report", "--out", str(tmp_path / "out")]) == 0
     beats = [re.sub(r", \d+ s so far$", "", line) for line in capsys.readouterr().err.splitlines()]
     assert "labsrc: cases 7/7 (100%)" in beats
-    assert "labsrc: timing 35/35 (100%)" in beats  # (3 warm-up + 2 timed) x 7 cases
+    assert "labsrc: timing 161/161 (100%)" in beats  # (3 warm-up + 20 timed) x 7 cases
     assert all(line.startswith("labsrc: ") for line in beats)
 
 

@@ -239,7 +239,7 @@ def test_every_case_pins_its_date_so_no_case_becomes_a_time_bomb(cases):
 @pytest.mark.parametrize("date", [None, "2026-11-23", "2031-01-01"])
 def test_the_gate_passes_with_or_without_config_on_any_date(extra, date, capsys):
     args = ["gate", "--chunks", str(POLICIES / "chunks.jsonl"), "--callers", str(POLICIES / "callers.json"),
-            "--cases", str(POLICIES / "cases.jsonl"), "--vectors", str(VECTORS), "--repetitions", "2", "--no-progress",
+            "--cases", str(POLICIES / "cases.jsonl"), "--vectors", str(VECTORS), "--no-progress",
             *extra, *(["--date", date] if date else [])]
     code, out = main(args), capsys.readouterr().out
     assert code == 0, out
