@@ -16,7 +16,9 @@ from labsrc.datasets.lesson import fixtures_dir
 
 LESSON = fixtures_dir() / "lesson"
 CHUNKS, CALLERS, CASES = LESSON / "chunks.jsonl", LESSON / "callers.json", LESSON / "cases.jsonl"
-FAST = ["--repetitions", "2", "--no-progress"]
+#: The config's own 20 timed repetitions: tests here expect every gate to pass, and a p95 over 2 repetitions is
+#: their slowest sample, which one slow sample on a loaded machine pushes over the lesson's budget.
+FAST = ["--no-progress"]
 LESSON_LINES = len(CASES.read_text(encoding="utf-8").splitlines())
 
 
