@@ -203,7 +203,7 @@ def gate_argv(retriever: str) -> list[str]:
     return [sys.executable, "-m", "labsrc.cli", "gate", "--chunks", str(LESSON / "chunks.jsonl"),
             "--callers", str(LESSON / "callers.json"), "--cases", str(LESSON / "cases.jsonl"),
             "--vectors", str(LESSON / "vectors.json"), "--config", str(LESSON / "gate.json"),
-            "--repetitions", "2", "--no-progress", "--retriever", retriever]
+            "--no-progress", "--retriever", retriever]  # the config's 20 repetitions: a plug-in's traces are timed too
 
 
 HOSTILE = '''
