@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from labsrc.gate.attack_queries import attack_queries, chunk_codes
-from labsrc.gate.plan import FAMILIES, plan_probes
+from labsrc.gate.generate import FAMILIES, plan_probes
 from labsrc.records.cases import load_cases
 from labsrc.records.loading import load_callers, load_chunks
 

@@ -30,7 +30,7 @@ from labsrc.retriever.policy import PolicyRetriever
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["LatencyReport", "Progress", "measure_latency", "percentile_ms"]
+__all__ = ["LatencyReport", "Progress", "measure_latency", "percentile_ms", "time_requests"]
 
 #: ``progress(phase, done, total)``: called after each request of a long run.
 Progress = Callable[[str, int, int], None]
@@ -174,16 +174,27 @@ def measure_latency(
     for case in cases:
         if case.caller not in callers:
             raise InvalidArgument(f"case {case.name!r} names unknown caller {case.caller!r}")
-        requests.append((case.query, callers[case.caller], case.on_date or on_date, case.kind))
+        requests.append(Request(case.query, callers[case.caller], case.on_date or on_date, top_k, case.kind))
+    return time_requests(ask, requests, warmup=warmup, repetitions=repetitions, progress=progress)
 
+
+def time_requests(
+    ask: Callable[[Request], Observation],
+    requests: Sequence[Request],
+    *,
+    warmup: int = 3,
+    repetitions: int = 20,
+    progress: Progress | None = None,
+) -> LatencyReport:
+    """Ask every request ``warmup`` rounds untimed, then ``repetitions`` rounds timed (see :func:`measure_latency`)."""
     total = (warmup + repetitions) * len(requests)
     done = 0
     samples: dict[str, list[float]] = {}
     warm: dict[str, list[float]] = {}
     for round_ in range(warmup + repetitions):
         timed = round_ >= warmup
-        for query, caller, date, kind in requests:
-            observation = ask(Request(query, caller, date, top_k, kind))
+        for request in requests:
+            observation = ask(request)
             if observation.error is None:  # a search that raised failed its case already
                 for stage, ms in observation.timings_ms.items():
                     (samples if timed else warm).setdefault(stage, []).append(float(ms))

@@ -1,7 +1,8 @@
-"""Generated probes, asked and judged exactly: every answer against the boundary, and against the rebuild where one exists.
+"""Generated probes, judged exactly: every answer against the boundary, and against the rebuild where one exists.
 
-The plan (:mod:`~labsrc.gate.plan`) says which requests to make up; this module
-asks them and turns the answers into findings:
+:mod:`~labsrc.gate.generate` makes the requests up, :mod:`~labsrc.gate.plan` puts
+them on the main build (and on the rebuilds of their (caller, date)),
+:mod:`~labsrc.gate.run` asks them; this module turns the answers into findings:
 
 * every returned id must be one the asking caller may see on the request's date
   (:func:`~labsrc.gate.noninterference.boundary_violations`); a caller with no
@@ -20,29 +21,21 @@ rules (:func:`~labsrc.gate.case_rules.case_problems`) so that it loads.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from labsrc.boundary import block_reasons
-from labsrc.errors import LabError
-from labsrc.evaluation.latency import Progress
 from labsrc.evaluation.subject import Observation, Request
-from labsrc.gate.bait import BaitVectors
 from labsrc.gate.case_rules import OWN_REASONS, case_problems
 from labsrc.gate.noninterference import Comparison, Violation, boundary_violations, compare_observations
-from labsrc.gate.plan import GeneratedRequest, ProbePlan
+from labsrc.gate.generate import GeneratedRequest, ProbePlan
 from labsrc.gate.verdicts import plural
-from labsrc.lanes.coverage import query_lookup
-from labsrc.lanes.dense import DenseSource
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller, PolicyChunk
 
-__all__ = ["CASES_FILE", "GeneratedCheck", "GeneratedFinding", "ask_generated", "judge_generated", "probe_vectors", "request_of"]
+__all__ = ["CASES_FILE", "GIVE_UP_AFTER", "GeneratedCheck", "GeneratedFinding", "judge_generated", "request_of"]
 
 #: Where ``--out`` writes the cases the generated probes hand back (queries included).
 CASES_FILE = "generated_cases.jsonl"
@@ -53,67 +46,8 @@ SHOWN_FINDINGS = 20
 _LANE = {"hybrid": "the fused list", "bm25": "the bm25 lane", "dense": "the dense lane"}
 
 
-def probe_vectors(source: DenseSource | None, plan: ProbePlan,
-                  stored: Sequence[PolicyChunk]) -> DenseSource | None:
-    """``source``, giving each made-up query it has no stored vector for the vector of the chunk it aims at.
-
-    A precomputed vectors folder knows only the case queries, and embedding a new query may need a
-    model the machine lacks; the target's own vector is the strongest dense attack anyway (cosine 1).
-    Queries the source knows keep their own vector; an encoder embeds every query itself and is
-    returned as it is (:func:`~labsrc.lanes.coverage.query_lookup`).
-    """
-    has_query = None if source is None else query_lookup(source)
-    if has_query is None:
-        return source
-    by_id = {c.chunk_id: c for c in stored}
-    wanted: dict[str, PolicyChunk] = {}
-    for probe in plan.requests:
-        if probe.target is not None and probe.query not in wanted and not has_query(probe.query):
-            wanted[probe.query] = by_id[probe.target]
-    if not wanted:
-        return source
-    vectors, missing = {}, []
-    for query, chunk in wanted.items():
-        try:
-            vectors[query] = np.asarray(source.document_matrix([chunk]), dtype=np.float64)[0]
-        except LabError:  # a hidden chunk no case's caller sees may have no vector: give the query one of its own
-            missing.append(query)
-    dimension = getattr(source, "dimension", None) or next((len(v) for v in vectors.values()), None)
-    if dimension:
-        vectors.update({query: _unit_vector(query, int(dimension)) for query in missing})
-    return BaitVectors(source, {}, queries=vectors)
-
-
-def _unit_vector(query: str, dimension: int) -> np.ndarray:
-    """A unit vector derived from the query's text: the same in every build, near no document in particular."""
-    seed = int.from_bytes(hashlib.sha256(query.encode()).digest()[:8], "little")
-    vector = np.random.default_rng(seed).standard_normal(dimension)
-    return vector / np.linalg.norm(vector)
-
-
 def request_of(probe: GeneratedRequest, callers: Mapping[str, Caller], top_k: int) -> Request:
     return Request(probe.query, callers[probe.caller], probe.on_date, top_k, "adhoc")
-
-
-def ask_generated(ask: Callable[[Request], Observation], requests: Sequence[GeneratedRequest],
-                  callers: Mapping[str, Caller], top_k: int, progress: Progress | None = None,
-                  stage: str = "generated probes") -> list[Observation]:
-    """Every request through ``ask``, in plan order (the order is part of the probe: callers back to back).
-
-    After :data:`GIVE_UP_AFTER` failures in a row (a retriever that stopped answering, each failure
-    costing a timeout and a rebuild) the rest are not asked: the answers stop short, and the check says so.
-    """
-    answers: list[Observation] = []
-    failed = 0
-    for done, probe in enumerate(requests, start=1):
-        answer = ask(request_of(probe, callers, top_k))
-        answers.append(answer)
-        failed = failed + 1 if answer.error else 0
-        if progress is not None and (done % 25 == 0 or done == len(requests)):
-            progress(stage, done, len(requests))
-        if failed >= GIVE_UP_AFTER:
-            break
-    return answers
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
 from labsrc.retriever.policy import PolicyRetriever
 from labsrc.trace import RetrievalTrace
 
-__all__ = ["CaseOutcome", "as_caller_map", "lane_recall", "replay_cases", "run_cases", "stored_chunks"]
+__all__ = ["CaseOutcome", "as_caller_map", "case_outcome", "lane_recall", "replay_cases", "run_cases", "stored_chunks"]
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,27 @@ def _violations(top: tuple[Violation, ...], deep: tuple[Violation, ...]) -> tupl
     return top + tuple(v for v in deep if (v.lane, v.chunk_id) not in seen)
 
 
+def case_outcome(case: Case, top: Observation, deep: Observation, caller: Caller, date: dt.date, top_k: int,
+                 stored: Mapping[str, PolicyChunk], versions: Mapping[str, str]) -> CaseOutcome:
+    """What one case showed: its answer at ``top_k`` (``top``) and as deep as the corpus (``deep``),
+    every returned id checked against the boundary for the case's caller and date."""
+    violations = _violations(
+        boundary_violations(case.name, top, caller, date, stored),
+        boundary_violations(case.name, deep, caller, date, stored, probe=True),
+    )
+    return CaseOutcome(
+        case,
+        {lane: top.ids(lane) for lane in LANES},
+        _trace(top, case, versions),
+        scores={lane: top.scores(lane) for lane in LANES},
+        probe_ids={lane: deep.ids(lane) for lane in LANES},
+        top_k=top_k,
+        lanes_reported=top.lanes_reported or bool(top.error),
+        error=top.error or deep.error,
+        violations=violations,
+    )
+
+
 def replay_cases(
     ask: Callable[[Request], Observation],
     cases: Sequence[Case],
@@ -152,24 +173,7 @@ def replay_cases(
         top = ask(Request(case.query, caller, date, top_k, case.kind))
         # The probe: as deep as the corpus, so a hidden id ranked below top_k still counts.
         deep = top if top.error else ask(Request(case.query, caller, date, depth, case.kind))
-        violations = _violations(
-            boundary_violations(case.name, top, caller, date, stored),
-            boundary_violations(case.name, deep, caller, date, stored, probe=True),
-        )
-        out.append((
-            CaseOutcome(
-                case,
-                {lane: top.ids(lane) for lane in LANES},
-                _trace(top, case, versions),
-                scores={lane: top.scores(lane) for lane in LANES},
-                probe_ids={lane: deep.ids(lane) for lane in LANES},
-                top_k=top_k,
-                lanes_reported=top.lanes_reported or bool(top.error),
-                error=top.error or deep.error,
-                violations=violations,
-            ),
-            top,
-        ))
+        out.append((case_outcome(case, top, deep, caller, date, top_k, stored, versions), top))
         if progress is not None:
             progress("cases", done, len(cases))
     return out

@@ -1,280 +1,348 @@
-"""The generated probes' plan: which requests the gate makes up besides the team's cases, and why, as plain data.
+"""What a gate run will do, as plain data: every build, the requests asked of it in order, and why.
 
-The invariant holds for *every* caller, query and date, but a case file asks
-only where its authors looked. Leaks live elsewhere: a result cache keyed by the
-query answers one caller with another's results; a caller with no case (a
-contractor with no tags) is never asked; nobody queries a hidden chunk's own
-code; a date check is off by one day at a version's edge. So the gate plans
-requests of four families from the corpus and the callers file
-(:data:`FAMILIES`), and judges each one exactly (:mod:`~labsrc.gate.generated`),
-as property-based testing does (a deterministic seed, a bounded budget, each
-failure handed back as one case to add).
+:func:`plan_gate` reads the stored chunks, the callers, the cases and the config
+and returns a :class:`GatePlan`. :mod:`~labsrc.gate.run` executes it (each build
+in its own worker process) and :mod:`~labsrc.gate.judge` turns the answers into
+findings and verdicts. Every probe is an entry of the plan:
 
-The plan is deterministic for a seed and bounded by a budget of requests. When
-the budget cannot hold every planned request, the families share it evenly
-(the family with the fewest requests taken so far goes next), and the plan
-records what was left out, per family.
+==================  ===================================================================
+build               what it is asked (probe), and why
+==================  ===================================================================
+main                every case at ``top_k`` and as deep as the corpus (``cases``); every
+                    case again, timed (``latency``); every case alone, then every case
+                    from many threads at once, callers interleaved (``concurrency``);
+                    the made-up requests of :mod:`~labsrc.gate.generate` (``generated``)
+repeat              the same chunks built again, every case (``repeat``): which answers
+                    reproduce at all, so that noise is never reported as a leak
+canary              a permitted canary added and a returned chunk withheld (``canary``):
+                    the canary's code, and the withheld chunk's case as deep as the corpus
+rebuild, per        the caller's permitted chunks only (``rebuild``): the cases of that
+(caller, date)      caller and date, and the generated requests of that caller and date
+bait, per           every stored chunk plus bait made to win, hidden from the caller
+(caller, date)      (``bait``): the cases of that caller and date
+==================  ===================================================================
+
+A built retriever (:func:`~labsrc.gate.gates.release_gate`) gets the main build's
+cases and timing only: the gate cannot build it again.
+
+Three things are known only once answers come in, so the plan names a rule for
+each and the runner applies it when it gets there:
+
+* ``after``: a request whose case raised on the main build is not asked again (it
+  keeps that error): a search that timed out would only time out again;
+* :class:`Withhold`: the chunk the canary build leaves out is the first permitted
+  chunk a case's fused list returned on the main build, so that its coming back
+  shows a build that ignores what it is handed;
+* ``when`` (:data:`RULES`): the rebuild and bait builds run only when the canary
+  passed, and ask only the cases whose ids reproduced on the repeat build.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import random
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from labsrc.boundary import block_reasons
-from labsrc.gate.attack_queries import AttackQueries, attack_queries, shown_query
-from labsrc.gate.config import DEFAULT_PROBE_BUDGET
-from labsrc.gate.verdicts import plural
+from labsrc.boundary import permitted_chunks
+from labsrc.errors import InvalidArgument
+from labsrc.evaluation.subject import Request
+from labsrc.gate.bait import BaitVectors, bait_chunks
+from labsrc.gate.config import GateConfig
+from labsrc.gate.generate import ProbePlan, plan_probes, probe_vectors
+from labsrc.gate.generated import GIVE_UP_AFTER, request_of
+from labsrc.gate.probes import CONCURRENCY_ROUNDS, canary_chunk, canary_vectors, interleaved, pick_canary_caller
+from labsrc.lanes.dense import DenseSource
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller, PolicyChunk
 
-__all__ = ["DEFAULT_PROBE_BUDGET", "FAMILIES", "GeneratedRequest", "ProbePlan", "plan_probes"]
+__all__ = ["CANARY_CODE", "CANARY_WITHHELD", "RULES", "Ask", "BuildStep", "GatePlan", "Phase", "Withhold", "case_groups",
+           "phase_key", "plan_gate"]
 
-#: The families of generated requests, in report order, with what each asks.
-FAMILIES: Mapping[str, str] = MappingProxyType(
+#: The canary build's two requests: its code, and the withheld chunk's case at full depth.
+CANARY_CODE, CANARY_WITHHELD = "canary code", "canary withheld"
+
+#: The rules a build or a request can wait on, and what each needs of the answers so far.
+RULES: Mapping[str, str] = MappingProxyType(
     {
-        "cross-caller": "every case's query as every caller, on every case date, one caller right after another",
-        "hidden-chunk": "a hidden chunk's own code and rarest terms, asked as a caller it is hidden from",
-        "boundary-date": "a version's own text on its first and last effective day and the day either side",
+        "canary passed": "the canary build showed that the factory indexes what it is handed",
+        "reproducible": "the case's ids and order were the same on the main and the repeat build",
+        "all reproducible": "every case's ids and order were the same on the main and the repeat build",
     }
 )
-_DAY = dt.timedelta(days=1)
 
 
 @dataclass(frozen=True)
-class GeneratedRequest:
-    """One request the gate made up: who asks what on which date, which chunk it aims at, and why."""
+class Ask:
+    """One request of the plan, filed under ``key`` (unique in the plan).
 
-    family: str
-    caller: str
-    on_date: dt.date
-    query: str
-    target: str | None = None
-    why: str = ""
-    shown: str | None = None  # how reports show the query when it is words of a hidden chunk
-
-    @property
-    def printable(self) -> bool:
-        """Whether reports may show the query as it is (a case's query, a code), not only by reference."""
-        return self.shown is None
-
-    def describe(self) -> str:
-        """``hidden-chunk probe (code of 'x'): as 'bob' on 2026-06-15, query 'CD-12'``."""
-        why = f" ({self.why})" if self.why else ""
-        query = repr(self.query) if self.shown is None else self.shown
-        return f"{self.family} probe{why}: as {self.caller!r} on {self.on_date}, query {query}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"family": self.family, "caller": self.caller, "on_date": self.on_date.isoformat(),
-                "query": self.query if self.shown is None else self.shown, "target": self.target, "why": self.why}
-
-
-@dataclass(frozen=True)
-class ProbePlan:
-    """The generated requests of one run, and what they cover.
-
-    ``planned`` counts each family's requests before the budget; ``requests`` holds
-    those kept, in the order they run. ``callers_without_case`` names callers of the
-    file that no case asks as; ``hidden_pairs`` counts (caller, hidden chunk, date)
-    triples over the case dates, each a target of the hidden-chunk family.
+    ``index`` is the position of the case (or of the generated request) it asks;
+    ``after`` the key of an answer that, when it raised, means this is not asked (it
+    keeps that error); ``when`` a rule of :data:`RULES`. ``request`` is ``None`` only
+    for the withheld chunk's case, which :class:`Withhold` picks at run time.
     """
 
-    requests: tuple[GeneratedRequest, ...]
-    budget: int
-    seed: int
-    planned: Mapping[str, int]
-    callers: tuple[str, ...]
-    callers_without_case: tuple[str, ...]
-    hidden_pairs: int = 0
-    dates: tuple[dt.date, ...] = field(default=())
+    key: str
+    request: Request | None
+    probe: str
+    index: int = -1  # -1: no case or generated request (the canary's code)
+    after: str | None = None
+    when: str | None = None
+    counts: bool = True  # one step of its phase's progress
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "requests", tuple(self.requests))
-        object.__setattr__(self, "planned", MappingProxyType(dict(self.planned)))
 
-    def kept(self) -> dict[str, int]:
-        counts = {family: 0 for family in FAMILIES}
-        for request in self.requests:
-            counts[request.family] += 1
+@dataclass(frozen=True)
+class Phase:
+    """Requests asked of one build together: ``in turn``, ``timed`` (warm-up, then timed rounds) or ``at once``."""
+
+    probe: str
+    how: str
+    asks: tuple[Ask, ...]
+    why: str
+    progress: str | None = None  # the progress stage its steps are reported under
+    every: int = 1  # report progress every this many steps (and at the last)
+    give_up_after: int | None = None  # in turn: stop after this many failures in a row
+    threads: int = 1  # at once: from this many threads
+    warmup: int = 0  # timed: untimed rounds first
+    repetitions: int = 0  # timed: timed rounds
+
+
+@dataclass(frozen=True)
+class Withhold:
+    """The chunk a build leaves out, picked once the main build has answered.
+
+    The first chunk, in the fused list of the first of ``candidates`` that answered,
+    that the candidate's caller may see on its date. Each candidate is ``(key of the
+    case's main answer, case position, the request the build asks to look for the chunk)``.
+    """
+
+    candidates: tuple[tuple[str, int, Request], ...]
+    why: str = "a permitted chunk the main build returned: if it comes back, the build ignored what it was handed"
+
+
+@dataclass(frozen=True)
+class BuildStep:
+    """One build: the factory handed ``chunks`` (less the withheld one) and ``added``, asked ``phases`` in order.
+
+    ``what`` names it in the worker and in the report; ``required`` makes its failure stop
+    the run (the main build); ``when`` is a rule of :data:`RULES`, and a build none of
+    whose requests may be asked is not made; ``done`` is the progress ``(stage, n, total)``
+    reported when it ends.
+    """
+
+    name: str
+    probe: str
+    what: str
+    chunks: tuple[PolicyChunk, ...]
+    vectors: DenseSource | None
+    phases: tuple[Phase, ...]
+    why: str
+    when: str | None = None
+    withhold: Withhold | None = None
+    added: tuple[PolicyChunk, ...] = ()  # chunks the gate made (the canary, bait), after the stored ones
+    required: bool = False
+    done: tuple[str, int, int] | None = None
+
+    def asks(self) -> Iterator[Ask]:
+        for phase in self.phases:
+            yield from phase.asks
+
+
+@dataclass(frozen=True)
+class GatePlan:
+    """Every build of one gate run, in the order they run, and what the judge needs to read their answers."""
+
+    label: str
+    on_date: dt.date
+    config: GateConfig
+    stored: tuple[PolicyChunk, ...]
+    callers: Mapping[str, Caller]
+    cases: tuple[Case, ...]
+    builds: tuple[BuildStep, ...]
+    vectors: DenseSource | None = None
+    generated: ProbePlan | None = None
+    measure: bool = True
+    rebuilds: bool = True
+
+    def step(self, probe: str) -> BuildStep | None:
+        return next((b for b in self.builds if b.probe == probe), None)
+
+    def asks(self, probe: str) -> list[Ask]:
+        """Every request of ``probe``, in plan order, whichever build asks it."""
+        return [a for b in self.builds for a in b.asks() if a.probe == probe]
+
+    def count(self) -> dict[str, int]:
+        """Requests per probe (a timed request once, not once per round)."""
+        counts: dict[str, int] = {}
+        for b in self.builds:
+            for a in b.asks():
+                counts[a.probe] = counts.get(a.probe, 0) + 1
         return counts
 
-    def left_out(self) -> dict[str, int]:
-        """Planned requests the budget left out, per family (only families that lost some)."""
-        kept = self.kept()
-        return {f: self.planned.get(f, 0) - kept[f] for f in FAMILIES if self.planned.get(f, 0) > kept[f]}
-
-    @property
-    def callers_probed(self) -> tuple[str, ...]:
-        return tuple(sorted({r.caller for r in self.requests}))
-
-    @property
-    def hidden_attacked(self) -> int:
-        """Distinct (caller, chunk, date) the hidden-chunk family asked about (:attr:`hidden_pairs` counts them all)."""
-        return len({(r.caller, r.target, r.on_date) for r in self.requests if r.family == "hidden-chunk"})
-
-    @property
-    def dates_tried(self) -> tuple[dt.date, ...]:
-        return tuple(sorted({r.on_date for r in self.requests}))
-
-    def coverage(self) -> str:
-        """One line: what was probed, and what the budget left out."""
-        line = (f"{plural(len(self.requests), 'generated request')} (budget {self.budget}, seed {self.seed}): "
-                f"{len(self.callers_probed)} of {plural(len(self.callers), 'caller')} probed, "
-                f"{self.hidden_attacked} of {self.hidden_pairs} hidden chunks attacked (per caller and date), "
-                f"{plural(len(self.dates_tried), 'date')} tried")
-        left = self.left_out()
-        if left:
-            line += "; left out by the budget: " + ", ".join(f"{n} {family}" for family, n in left.items())
-        if self.callers_without_case:
-            line += f"; callers no case asks as: {', '.join(self.callers_without_case)}"
-        return line
+    def describe(self) -> list[str]:
+        """One line per build and phase: what the gate will run, and why."""
+        lines = []
+        for b in self.builds:
+            when = f" (only when: {RULES[b.when]})" if b.when else ""
+            made = f" + {len(b.added)} made by the gate" if b.added else ""
+            lines.append(f"build {b.name!r}: {b.what} ({len(b.chunks)} chunks{made}{', one withheld' if b.withhold else ''})"
+                         f": {b.why}{when}")
+            lines += [f"  {p.probe}: {len(p.asks)} requests {p.how}: {p.why}" for p in b.phases]
+        return lines
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "budget": self.budget, "seed": self.seed, "requests": len(self.requests),
-            "planned": dict(self.planned), "kept": self.kept(), "left_out": self.left_out(),
-            "callers": list(self.callers), "callers_probed": list(self.callers_probed),
-            "callers_without_case": list(self.callers_without_case),
-            "hidden_pairs": self.hidden_pairs, "hidden_attacked": self.hidden_attacked,
-            "dates_tried": [d.isoformat() for d in self.dates_tried], "coverage": self.coverage(),
-        }
+        return {"on_date": self.on_date.isoformat(), "requests": self.count(),
+                "builds": [{"name": b.name, "probe": b.probe, "what": b.what, "chunks": len(b.chunks), "added": len(b.added),
+                            "why": b.why, "when": b.when, "withhold": b.withhold is not None,
+                            "phases": [{"probe": p.probe, "how": p.how, "requests": len(p.asks), "why": p.why}
+                                       for p in b.phases]} for b in self.builds]}
 
 
-def _shown(how: str, query: str, chunk_id: str) -> str | None:
-    shown = shown_query(how, query, chunk_id)
-    return None if shown == query else shown
+def phase_key(step: BuildStep, phase: Phase) -> str:
+    """How a run files a phase that gave no answers: ``"main: concurrency at once"``."""
+    return f"{step.name}: {phase.probe} {phase.how}"
 
 
-def _case_dates(cases: Sequence[Case], on_date: dt.date) -> tuple[dt.date, ...]:
-    return tuple(dict.fromkeys(case.on_date or on_date for case in cases))
+def case_groups(cases: Sequence[Case], on_date: dt.date) -> dict[tuple[str, dt.date], list[int]]:
+    """Case positions by (caller, date): one rebuild and one bait build serve each group."""
+    groups: dict[tuple[str, dt.date], list[int]] = {}
+    for i, case in enumerate(cases):
+        groups.setdefault((case.caller, case.on_date or on_date), []).append(i)
+    return groups
 
 
-def _visible_count(caller: Caller, stored: Sequence[PolicyChunk], day: dt.date) -> int:
-    return sum(1 for c in stored if not block_reasons(caller, c, day))
+def _request(case: Case, callers: Mapping[str, Caller], on_date: dt.date, top_k: int) -> Request:
+    return Request(case.query, callers[case.caller], case.on_date or on_date, top_k, case.kind)
 
 
-def _cross_caller(cases: Sequence[Case], callers: Mapping[str, Caller], stored: Sequence[PolicyChunk],
-                  on_date: dt.date, rng: random.Random) -> tuple[list[list[GeneratedRequest]], int]:
-    """One group per (case query, case date): the case's caller, then every other caller, the widest view first."""
-    tie = {actor: rng.random() for actor in sorted(callers)}
-    dates = _case_dates(cases, on_date)
-    seen = {(day, actor): _visible_count(callers[actor], stored, day) for day in dates for actor in callers}
-    groups, total = [], 0
-    asked: dict[tuple[str, dt.date], str] = {}
-    for case in cases:
-        for day in dates:
-            asked.setdefault((case.query, day), case.caller)
-    for (query, day), first in asked.items():
-        others = sorted((a for a in callers if a != first), key=lambda a: (-seen[(day, a)], tie[a], a))
-        group = [GeneratedRequest("cross-caller", first, day, query, None, "a case's query, as its own caller")]
-        group += [GeneratedRequest("cross-caller", actor, day, query, None,
-                                   f"a case's query, asked right after {prev!r} asked it")
-                  for prev, actor in zip([first, *others], others)]
-        groups.append(group)
-        total += len(group)
-    return groups, total
+def _main(cases: Sequence[Case], callers: Mapping[str, Caller], on_date: dt.date, config: GateConfig, depth: int,
+          measure: bool, rebuilds: bool, generated: ProbePlan | None) -> tuple[Phase, ...]:
+    top = [_request(case, callers, on_date, config.top_k) for case in cases]
+    phases = [Phase("cases", "in turn", tuple(a for i, case in enumerate(cases) for a in (
+        Ask(f"case {i}", top[i], "cases", i, counts=False),
+        Ask(f"case {i} deep", _request(case, callers, on_date, depth), "cases", i, after=f"case {i}"),
+    )), "every case at top_k, and as deep as the corpus so that a hidden id below top_k still counts",
+        progress="cases")]
+    if measure:
+        phases.append(Phase("latency", "timed", tuple(
+            Ask(f"time {i}", top[i], "latency", i, after=f"case {i} deep") for i in range(len(cases))),
+            "every case that answered, timed after a warm-up", warmup=config.warmup, repetitions=config.repetitions))
+    if rebuilds and config.concurrency:  # threads need a build of the gate's own
+        phases.append(Phase("concurrency", "in turn", tuple(
+            Ask(f"alone {i}", top[i], "concurrency", i, after=f"case {i} deep") for i in range(len(cases))),
+            "every case alone, to compare each answer under concurrent requests with"))
+        together = interleaved(cases, callers, on_date, config.top_k, CONCURRENCY_ROUNDS)
+        phases.append(Phase("concurrency", "at once", tuple(
+            Ask(f"together {n}", request, "concurrency", i, after=f"case {i} deep")
+            for n, (i, request) in enumerate(together)),
+            f"every case {CONCURRENCY_ROUNDS} times, neighbours from different callers: what one request leaves "
+            "behind must not reach another's", progress="concurrency", threads=config.concurrency))
+    if generated is not None:
+        phases.append(Phase("generated", "in turn", tuple(
+            Ask(f"generated {g}", request_of(probe, callers, config.top_k), "generated", g)
+            for g, probe in enumerate(generated.requests)),
+            "requests the gate made up: every case's query as every caller, hidden chunks' own text, edge dates",
+            progress="generated probes", every=25, give_up_after=GIVE_UP_AFTER))
+    return tuple(phases)
 
 
-def _round_robin(queues: Sequence[Sequence[Any]]) -> Iterator[Any]:
-    depth = 0
-    while True:
-        layer = [q[depth] for q in queues if depth < len(q)]
-        if not layer:
-            return
-        yield from layer
-        depth += 1
+def _canary(stored: tuple[PolicyChunk, ...], cases: Sequence[Case], callers: Mapping[str, Caller], on_date: dt.date,
+            config: GateConfig, vectors: DenseSource | None) -> BuildStep | None:
+    picked = pick_canary_caller(cases, callers, stored, on_date)
+    if picked is None:  # no case's caller holds a tag: no permitted canary can be made
+        return None
+    caller, day = picked
+    canary = canary_chunk(caller, day, {c.chunk_id for c in stored})
+    depth = max(config.top_k, len(stored))
+    order = sorted(range(len(cases)), key=lambda i: (cases[i].kind != "positive", i))
+    withhold = Withhold(tuple((f"case {i}", i, _request(cases[i], callers, on_date, depth)) for i in order))
+    asks = (Ask(CANARY_CODE, Request(canary.text, caller, day, config.top_k, "positive"), "canary"),
+            Ask(CANARY_WITHHELD, None, "canary", after=CANARY_CODE))
+    return BuildStep(
+        "canary", "canary", "with a canary chunk added", stored,
+        None if vectors is None else canary_vectors(vectors, canary, cases[0].query),
+        (Phase("canary", "in turn", asks, "the canary's own code, and the withheld chunk's case at full depth"),),
+        "does the factory index what it is handed? Else no comparison across builds means anything",
+        withhold=withhold, added=(canary,))
 
 
-def _hidden_chunk(callers: Mapping[str, Caller], stored: Sequence[PolicyChunk], dates: Sequence[dt.date],
-                  queries: AttackQueries, rng: random.Random) -> tuple[Iterator[list[GeneratedRequest]], int, int]:
-    """Per caller and date, each hidden chunk's attack queries; callers and block reasons dealt round-robin."""
-    per_caller: list[list[list[GeneratedRequest]]] = []
-    pairs = total = 0
-    for actor in sorted(callers):
+def _comparisons(stored: tuple[PolicyChunk, ...], cases: Sequence[Case], callers: Mapping[str, Caller],
+                 on_date: dt.date, config: GateConfig, vectors: DenseSource | None,
+                 generated: ProbePlan | None) -> list[BuildStep]:
+    """Per (caller, date) of the cases: a build over the caller's permitted chunks only, and one with bait."""
+    steps = []
+    groups = case_groups(cases, on_date)
+    extra: dict[tuple[str, dt.date], list[int]] = {}
+    for g, probe in enumerate(generated.requests if generated is not None else ()):
+        extra.setdefault((probe.caller, probe.on_date), []).append(g)
+    taken = {c.chunk_id for c in stored}
+    for n, ((actor, day), positions) in enumerate(groups.items(), start=1):
         caller = callers[actor]
-        by_reason: dict[str, list[list[GeneratedRequest]]] = {}
-        for day in dates:
-            hidden = [(c, block_reasons(caller, c, day)) for c in stored]
-            hidden = [(c, r) for c, r in hidden if r]
-            rng.shuffle(hidden)
-            for chunk, reasons in hidden:
-                asks = [GeneratedRequest("hidden-chunk", actor, day, query, chunk.chunk_id,
-                                         f"{how} of {chunk.chunk_id!r}, hidden: {reasons[0].value.replace('_', ' ')}",
-                                         _shown(how, query, chunk.chunk_id))
-                        for how, query in queries.of(chunk.chunk_id)]
-                pairs += 1
-                total += len(asks)
-                if asks:
-                    by_reason.setdefault(reasons[0].value, []).append(asks)
-        per_caller.append(list(_round_robin([by_reason[r] for r in sorted(by_reason)])))
-    # Each chunk's queries stay together (code first), one chunk at a time, callers in turn.
-    return ([request] for asks in _round_robin(per_caller) for request in asks), pairs, total
+        permitted = tuple(permitted_chunks(caller, stored, day))
+        planted = bait_chunks(list(dict.fromkeys(cases[i].query for i in positions)), caller, day, taken)
+        asks = {kind: tuple(Ask(f"{kind} {i}", _request(cases[i], callers, on_date, config.top_k), kind, i,
+                                after=f"case {i}", when="reproducible") for i in positions)
+                for kind in ("rebuild", "bait")}
+        again = tuple(Ask(f"rebuild generated {g}", request_of(generated.requests[g], callers, config.top_k),  # type: ignore[union-attr]
+                          "generated", g, after=f"generated {g}", when="all reproducible")
+                      for g in extra.get((actor, day), ()))
+        phases = [Phase("rebuild", "in turn", asks["rebuild"], "each case must get the same ids, order and scores")]
+        if again:
+            phases.append(Phase("generated", "in turn", again, "each generated request of this caller and date "
+                                                               "must get the same answer as on the main build"))
+        steps.append(BuildStep(
+            f"rebuild {actor} {day}", "rebuild", f"over {actor}'s {len(permitted)} permitted chunks on {day}",
+            permitted, vectors, tuple(phases), f"noninterference: what {actor} sees may depend only on what "
+            f"{actor} may see", when="canary passed"))
+        steps.append(BuildStep(
+            f"bait {actor} {day}", "bait", f"with {len(planted)} bait chunks hidden from {actor} on {day}",
+            stored, None if vectors is None else BaitVectors.for_queries(vectors, planted),
+            (Phase("bait", "in turn", asks["bait"], "no bait may come back, and no answer may move"),),
+            f"noninterference: hidden chunks made to win, one per rule the boundary enforces, must change "
+            f"nothing {actor} observes", when="canary passed", added=tuple(planted),
+            done=("noninterference", n, len(groups))))
+    return steps
 
 
-def _boundary_dates(callers: Mapping[str, Caller], stored: Sequence[PolicyChunk], queries: AttackQueries,
-                    rng: random.Random) -> tuple[list[list[GeneratedRequest]], int]:
-    """Per dated version, a caller who may see it otherwise, its own text on each edge day and the day beyond."""
-    groups = []
-    order = list(stored)
-    rng.shuffle(order)
-    for chunk in order:
-        asks = queries.of(chunk.chunk_id)
-        readers = sorted(a for a, c in callers.items() if c.region == chunk.region and chunk.acl_tag in c.acl_tags)
-        if not asks or not readers:
-            continue
-        actor = readers[rng.randrange(len(readers))]
-        days = []
-        if chunk.effective_from > dt.date.min:
-            days += [(chunk.effective_from - _DAY, "the day before its first day"), (chunk.effective_from, "its first day")]
-        if chunk.effective_to is not None:
-            days.append((chunk.effective_to, "its last day"))
-            if chunk.effective_to < dt.date.max:
-                days.append((chunk.effective_to + _DAY, "the day after its last day"))
-        how, query = asks[0]
-        groups += [[GeneratedRequest("boundary-date", actor, day, query, chunk.chunk_id,
-                                     f"{how} of {chunk.chunk_id!r} on {edge}", _shown(how, query, chunk.chunk_id))]
-                   for day, edge in days]
-    return groups, len(groups)
-
-
-def plan_probes(
-    stored: Sequence[PolicyChunk],
+def plan_gate(
+    stored: tuple[PolicyChunk, ...],
     callers: Mapping[str, Caller],
     cases: Sequence[Case],
+    config: GateConfig,
     on_date: dt.date,
+    vectors: DenseSource | None = None,
     *,
-    budget: int = DEFAULT_PROBE_BUDGET,
-    seed: int = 0,
-    queries: AttackQueries | None = None,
-) -> ProbePlan:
-    """The generated requests of a run: every family planned, then cut to ``budget`` evenly across families."""
-    rng = random.Random(seed)
-    queries = queries if queries is not None else attack_queries(stored)
-    dates = _case_dates(cases, on_date)
-    cross, cross_total = _cross_caller(cases, callers, stored, on_date, rng)
-    hidden, pairs, hidden_total = _hidden_chunk(callers, stored, dates, queries, rng)
-    edges, edges_total = _boundary_dates(callers, stored, queries, rng)
-    sources: dict[str, Iterator[list[GeneratedRequest]]] = {
-        "cross-caller": iter(cross), "hidden-chunk": hidden, "boundary-date": iter(edges)}
-    planned = {"cross-caller": cross_total, "hidden-chunk": hidden_total, "boundary-date": edges_total}
-    taken = {family: 0 for family in FAMILIES}
-    waiting: dict[str, list[GeneratedRequest] | None] = {f: next(s, None) for f, s in sources.items()}
-    kept: list[GeneratedRequest] = []
-    while True:
-        open_families = [f for f in FAMILIES if waiting[f] is not None and len(waiting[f]) <= budget - len(kept)]
-        if not open_families:
-            break
-        family = min(open_families, key=lambda f: (taken[f], list(FAMILIES).index(f)))
-        group = waiting[family]
-        kept += group  # type: ignore[arg-type]
-        taken[family] += len(group)  # type: ignore[arg-type]
-        waiting[family] = next(sources[family], None)
-    asked = {case.caller for case in cases}
-    return ProbePlan(
-        requests=tuple(kept), budget=budget, seed=seed, planned=planned, callers=tuple(sorted(callers)),
-        callers_without_case=tuple(sorted(set(callers) - asked)), hidden_pairs=pairs, dates=dates,
-    )
+    label: str,
+    measure: bool = True,
+    rebuilds: bool = True,
+) -> GatePlan:
+    """Every build of a gate run and every request asked of each (see the module docs).
+
+    ``rebuilds`` is False for a retriever already built (it cannot be built again): the plan
+    then holds the main build's cases and timing only.
+    """
+    for case in cases:
+        if case.caller not in callers:
+            raise InvalidArgument(f"case {case.name!r} names unknown caller {case.caller!r}; known: {sorted(callers)}")
+    depth = max(config.top_k, len(stored))
+    generated = None
+    if rebuilds and config.probe_budget:
+        generated = plan_probes(stored, callers, cases, on_date, budget=config.probe_budget, seed=config.probe_seed)
+        vectors = probe_vectors(vectors, generated, stored)
+    phases = _main(cases, callers, on_date, config, depth, measure, rebuilds, generated)
+    builds = [BuildStep("main", "cases", "every stored chunk", stored, vectors, phases,
+                        "the retriever as it ships, every stored chunk hidden ones included", required=True)]
+    if rebuilds and config.noninterference != "off":
+        top = [_request(case, callers, on_date, config.top_k) for case in cases]
+        builds.append(BuildStep(
+            "repeat", "repeat", "every stored chunk, built a second time", stored, vectors,
+            (Phase("repeat", "in turn", tuple(Ask(f"repeat {i}", top[i], "repeat", i, after=f"case {i}")
+                                              for i in range(len(cases))), "every case, as on the main build"),),
+            "which answers reproduce at all: a difference that is noise is never reported as a leak"))
+        canary = _canary(stored, cases, callers, on_date, config, vectors)
+        if canary is not None:
+            builds.append(canary)
+        builds += _comparisons(stored, cases, callers, on_date, config, vectors, generated)
+    return GatePlan(label, on_date, config, stored, MappingProxyType(dict(callers)), tuple(cases), tuple(builds),
+                    vectors, generated, measure, rebuilds)
