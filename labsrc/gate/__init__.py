@@ -6,6 +6,10 @@ replays the cases, probes whether its answers can be compared (canary,
 repeat builds, concurrent requests), checks noninterference by rebuild and
 bait, and returns the verdicts (:class:`GateRun`). Measuring is
 :mod:`labsrc.evaluation`; reports of a run are :mod:`labsrc.reports`.
+
+A run reads as plan → run → judge: :mod:`~labsrc.gate.plan` says what the gate
+will run (every build, every request, and why), :mod:`~labsrc.gate.run` runs it,
+:mod:`~labsrc.gate.judge` turns the answers into findings and verdicts.
 """
 
 from labsrc.gate.bait import (

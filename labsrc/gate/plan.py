@@ -52,6 +52,7 @@ from labsrc.gate.bait import BaitVectors, bait_chunks
 from labsrc.gate.config import GateConfig
 from labsrc.gate.generate import ProbePlan, plan_probes, probe_vectors
 from labsrc.gate.generated import GIVE_UP_AFTER, request_of
+from labsrc.gate.verdicts import plural
 from labsrc.gate.probes import CONCURRENCY_ROUNDS, canary_chunk, canary_vectors, interleaved, pick_canary_caller
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.cases import Case
@@ -188,7 +189,15 @@ class GatePlan:
             made = f" + {len(b.added)} made by the gate" if b.added else ""
             lines.append(f"build {b.name!r}: {b.what} ({len(b.chunks)} chunks{made}{', one withheld' if b.withhold else ''})"
                          f": {b.why}{when}")
-            lines += [f"  {p.probe}: {len(p.asks)} requests {p.how}: {p.why}" for p in b.phases]
+            for p in b.phases:
+                how = p.how
+                if p.how == "timed":
+                    how = f"timed ({p.warmup} warm-up and {p.repetitions} timed rounds)"
+                elif p.how == "at once":
+                    how = f"at once (from {p.threads} threads)"
+                rules = sorted({RULES[a.when] for a in p.asks if a.when})
+                only = f" (each only when: {'; '.join(rules)})" if rules else ""
+                lines.append(f"  {p.probe}: {plural(len(p.asks), 'request')} {how}: {p.why}{only}")
         return lines
 
     def to_dict(self) -> dict[str, Any]:
@@ -332,7 +341,7 @@ def plan_gate(
         vectors = probe_vectors(vectors, generated, stored)
     phases = _main(cases, callers, on_date, config, depth, measure, rebuilds, generated)
     builds = [BuildStep("main", "cases", "every stored chunk", stored, vectors, phases,
-                        "the retriever as it ships, every stored chunk hidden ones included", required=True)]
+                        "the retriever as it ships: every stored chunk, hidden ones included", required=True)]
     if rebuilds and config.noninterference != "off":
         top = [_request(case, callers, on_date, config.top_k) for case in cases]
         builds.append(BuildStep(
