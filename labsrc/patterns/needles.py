@@ -21,7 +21,7 @@ from typing import Any
 
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.errors import InvalidArgument, InvalidRecord
-from labsrc.gate.gates import GateResult
+from labsrc.gate.verdicts import GateResult
 from labsrc.patterns.chunking import chunk_markdown
 from labsrc.patterns.dropin import HybridRetriever
 from labsrc.patterns.expansion import QueryExpander
