@@ -51,6 +51,7 @@ from labsrc.evaluation.latency import (
     measure_latency,
     percentile_ms,
     Progress,
+    time_requests,
 )
 from labsrc.evaluation.metrics import (
     evaluate_run,
@@ -140,6 +141,7 @@ __all__ = [
     "settle_contract",
     "paired_differences",
     "percentile_ms",
+    "time_requests",
     "precision_at_k",
     "Progress",
     "randomization_test",

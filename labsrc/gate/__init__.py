@@ -77,8 +77,8 @@ from labsrc.gate.plan import (
     RULES,
     Withhold,
 )
+from labsrc.gate.answers import Answers
 from labsrc.gate.run import (
-    Answers,
     Builder,
     Prebuilt,
     run_plan,

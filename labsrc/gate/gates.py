@@ -44,7 +44,7 @@ from labsrc.gate.judge import judge
 from labsrc.gate.outcomes import CaseOutcome, as_caller_map, lane_recall, run_cases, stored_chunks
 from labsrc.gate.plan import plan_gate
 from labsrc.gate.run import Builder, Prebuilt, run_plan
-from labsrc.gate.verdicts import GateRun
+from labsrc.gate.result import GateRun
 from labsrc.lanes.dense import DenseSource, Encoder, as_dense_source
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup

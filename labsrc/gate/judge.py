@@ -1,7 +1,7 @@
 """How an answer becomes a finding: every answer of a gate run judged, then every gate's verdict.
 
 :func:`judge` reads the plan (:mod:`~labsrc.gate.plan`) and what the run got
-(:class:`~labsrc.gate.run.Answers`), probe by probe:
+(:class:`~labsrc.gate.answers.Answers`), probe by probe:
 
 * **cases**: each case's answers at ``top_k`` and as deep as the corpus become a
   :class:`~labsrc.gate.outcomes.CaseOutcome`, every returned id checked against the
@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from labsrc.boundary import block_reasons
 from labsrc.evaluation.subject import Observation, Request
+from labsrc.gate.answers import Answers
 from labsrc.gate.config import GateConfig
 from labsrc.gate.gate_rules import evaluate_gates
 from labsrc.gate.generated import GeneratedCheck, judge_generated
@@ -47,12 +47,9 @@ from labsrc.gate.probes import (
     repeatability,
     withheld_rank,
 )
-from labsrc.gate.verdicts import GateRun
+from labsrc.gate.result import GateRun
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller, PolicyChunk
-
-if TYPE_CHECKING:  # the runner imports this module: its record is read, never made, here
-    from labsrc.gate.run import Answers
 
 __all__ = ["Rules", "judge", "rules_now"]
 

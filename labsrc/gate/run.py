@@ -1,7 +1,7 @@
 """Running a gate's plan: each build in a fresh worker process, its requests in plan order, on the config's clocks.
 
 :func:`run_plan` executes a :class:`~labsrc.gate.plan.GatePlan` and files every
-answer under its request's key (:class:`Answers`); it judges nothing. Where the
+answer under its request's key (:class:`~labsrc.gate.answers.Answers`); it judges nothing. Where the
 plan names a rule that depends on earlier answers (did the canary pass, which
 cases reproduced), it asks :func:`~labsrc.gate.judge.rules_now`; where a build
 fails, the failure is filed in place of its answers, except the main build's,
@@ -19,7 +19,7 @@ from typing import Any
 
 from labsrc.boundary import block_reasons
 from labsrc.errors import InvalidArgument
-from labsrc.evaluation.latency import LatencyReport, Progress, time_requests
+from labsrc.evaluation.latency import Progress, time_requests
 from labsrc.evaluation.subject import (
     Factory,
     Observation,
@@ -31,6 +31,7 @@ from labsrc.evaluation.subject import (
     subject_versions,
 )
 from labsrc.gate import reaping
+from labsrc.gate.answers import Answers
 from labsrc.gate.config import GateConfig
 from labsrc.gate.judge import rules_now
 from labsrc.gate.plan import RULES, Ask, BuildStep, GatePlan, Phase, Withhold, phase_key
@@ -38,33 +39,7 @@ from labsrc.gate.workers import IsolatedBuild
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import PolicyChunk
 
-__all__ = ["Answers", "Builder", "Prebuilt", "run_plan"]
-
-
-@dataclass
-class Answers:
-    """What a run got, filled in as it goes: the input of the judge.
-
-    ``made`` names every build tried, in order; ``got`` maps each asked request's key to its answer (a request not asked has none);
-    ``failed`` maps a build (or a build's phase, ``"main: concurrency at once"``) to why it
-    gave no answers; ``skipped`` a build not made to the rule that kept it; ``withheld``
-    a build to ``(case position, chunk id)`` it left out. ``info``, ``versions`` and
-    ``restarts`` are the main build's; ``leftovers`` (``None`` without ``/proc``) and
-    ``output`` what every build left running and printed.
-    """
-
-    made: list[str] = field(default_factory=list)
-    got: dict[str, Observation] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-    withheld: dict[str, tuple[int, str]] = field(default_factory=dict)
-    latency: LatencyReport | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-    versions: dict[str, str] = field(default_factory=dict)
-    restarts: int = 0
-    builds: int = 0
-    leftovers: tuple[str, ...] | None = ()
-    output: tuple[tuple[str, str], ...] = ()
+__all__ = ["Builder", "Prebuilt", "run_plan"]
 
 
 @dataclass(frozen=True)
