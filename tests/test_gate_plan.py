@@ -13,9 +13,10 @@ from dataclasses import replace
 import pytest
 
 from labsrc.boundary import block_reasons, permitted_chunks
+from labsrc.errors import InvalidArgument
 from labsrc.evaluation.subject import observe_request, subject_versions
 from labsrc.gate.config import GateConfig
-from labsrc.gate.gates import gate_retriever
+from labsrc.gate.gates import gate_retriever, release_gate
 from labsrc.gate.judge import judge
 from labsrc.gate.plan import CANARY_CODE, RULES, case_groups, plan_gate
 from labsrc.gate.probes import CONCURRENCY_ROUNDS
@@ -217,3 +218,19 @@ def test_the_judge_reads_a_phase_that_gave_no_answers_as_its_failure(data) -> No
     assert run.probes.concurrency.error == "the worker process ended while 16 threads searched"
     assert {g.name: g.status for g in run.gates}["same answers under concurrent requests"] != "PASS"
     assert judge(plan, answers).probes.concurrency.error is None
+
+
+def test_a_retriever_that_fuses_with_another_rrf_k_is_refused_before_any_case_is_asked(data) -> None:
+    def other_fusion(chunks, vectors):
+        return PolicyRetriever(chunks, vectors, rrf_k=30)
+
+    plan = _plan(data)
+    builder = InProcess(other_fusion)
+    with pytest.raises(InvalidArgument, match=r"rrf_k=30(\.0)? but the config says rrf_k=60"):
+        run_plan(plan, builder)
+    assert builder.log == []  # refused at the main build, before its first search
+    with pytest.raises(InvalidArgument, match=r"rrf_k=30(\.0)? but the config says rrf_k=60"):
+        gate_retriever(other_fusion, data.chunks, data.callers, data.cases, data.vectors, plan.config,
+                       on_date=data.eval_date, measure=False)
+    with pytest.raises(InvalidArgument, match=r"rrf_k=30(\.0)? but the config says rrf_k=60"):
+        release_gate(other_fusion(data.chunks, data.vectors), data.cases, data.callers, plan.config)

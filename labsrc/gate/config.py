@@ -46,6 +46,7 @@ from labsrc.ranking import check_top_k
 from labsrc.records.loading import parse_date, parse_json, read_text, too_deep
 
 __all__ = [
+    "check_same_fusion",
     "DEFAULT_BUILD_TIMEOUT_S",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_PROBE_BUDGET",
@@ -107,6 +108,15 @@ def _budget_table(value: Mapping[str, float | None], name: str) -> Mapping[str, 
         merged[stage] = float(budget)
     # Keep the request order of the stages, whatever order the file used.
     return MappingProxyType({stage: merged[stage] for stage in BUDGET_STAGES if stage in merged})
+
+
+def check_same_fusion(rrf_k: object, config: GateConfig) -> None:
+    """Refuse a retriever that fuses with another ``rrf_k`` than the config: the report would describe another fusion."""
+    if rrf_k is not None and float(rrf_k) != float(config.rrf_k):  # type: ignore[arg-type]
+        raise InvalidArgument(
+            f"the retriever fuses with rrf_k={rrf_k} but the config says rrf_k={config.rrf_k}; "
+            "build the retriever with PolicyRetriever(..., rrf_k=config.rrf_k)"
+        )
 
 
 def check_timeout(value: object, name: str) -> float:

@@ -38,7 +38,7 @@ from labsrc.errors import InvalidArgument
 from labsrc.evaluation.latency import Progress
 from labsrc.evaluation.subject import Factory, Subject, factory_name
 from labsrc.gate import reaping
-from labsrc.gate.config import GateConfig
+from labsrc.gate.config import GateConfig, check_same_fusion
 from labsrc.gate.gate_rules import GATE_TABLE, evaluate_gates
 from labsrc.gate.judge import judge
 from labsrc.gate.outcomes import CaseOutcome, as_caller_map, lane_recall, run_cases, stored_chunks
@@ -61,15 +61,6 @@ __all__ = [
     "release_gate",
     "run_cases",
 ]
-
-
-def _check_rrf_k(subject: object, config: GateConfig) -> None:
-    rrf_k = getattr(subject, "rrf_k", None)
-    if rrf_k is not None and float(rrf_k) != float(config.rrf_k):
-        raise InvalidArgument(
-            f"the retriever fuses with rrf_k={rrf_k} but the config says rrf_k={config.rrf_k}; "
-            "build the retriever with PolicyRetriever(..., rrf_k=config.rrf_k)"
-        )
 
 
 def _check_cases(cases: Sequence[Case]) -> None:
@@ -97,7 +88,7 @@ def release_gate(
     The noninterference gates need to rebuild the retriever: use :func:`gate_retriever`.
     """
     config = config or GateConfig()
-    _check_rrf_k(retriever, config)
+    check_same_fusion(getattr(retriever, "rrf_k", None), config)
     _check_cases(cases)
     chunks = tuple(stored_chunks(retriever, stored).values())
     plan = plan_gate(chunks, as_caller_map(callers), cases, config, on_date or config.eval_date(),

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labsrc.boundary import block_reasons
-from labsrc.errors import InvalidArgument
 from labsrc.evaluation.latency import Progress, time_requests
 from labsrc.evaluation.subject import (
     Factory,
@@ -32,7 +31,7 @@ from labsrc.evaluation.subject import (
 )
 from labsrc.gate import reaping
 from labsrc.gate.answers import Answers
-from labsrc.gate.config import GateConfig
+from labsrc.gate.config import GateConfig, check_same_fusion
 from labsrc.gate.judge import rules_now
 from labsrc.gate.plan import RULES, Ask, BuildStep, GatePlan, Phase, Withhold, phase_key
 from labsrc.gate.workers import IsolatedBuild
@@ -189,11 +188,7 @@ def _run_build(plan: GatePlan, step: BuildStep, builder: Builder | Prebuilt, ans
     try:
         search = build.search
         if step.required:  # the main build: its answers settle the contract, and it states what ran
-            rrf_k = build.info.get("rrf_k")
-            if rrf_k is not None and float(rrf_k) != float(plan.config.rrf_k):
-                raise InvalidArgument(
-                    f"the retriever fuses with rrf_k={rrf_k} but the config says rrf_k={plan.config.rrf_k}; "
-                    "build the retriever with PolicyRetriever(..., rrf_k=config.rrf_k)")
+            check_same_fusion(build.info.get("rrf_k"), plan.config)
             answers.info = dict(build.info)
             answers.versions = build.versions(plan.on_date, plan.label)
             if "dense" not in answers.versions and plan.vectors is not None:
