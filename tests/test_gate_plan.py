@@ -17,7 +17,7 @@ from labsrc.errors import InvalidArgument
 from labsrc.evaluation.subject import observe_request, subject_versions
 from labsrc.gate.config import GateConfig
 from labsrc.gate.gates import gate_retriever, release_gate
-from labsrc.gate.judge import judge
+from labsrc.gate.judge import judge, rules_now
 from labsrc.gate.plan import CANARY_CODE, RULES, case_groups, plan_gate
 from labsrc.gate.probes import CONCURRENCY_ROUNDS
 from labsrc.gate.run import run_plan
@@ -156,7 +156,7 @@ def _expected_log(plan, answers) -> list:
 def test_the_runner_asks_exactly_what_the_plan_says_in_plan_order(data) -> None:
     plan = _plan(data)
     builder = InProcess(PolicyRetriever)
-    answers = run_plan(plan, builder)
+    answers = run_plan(plan, builder, rules_now)
     assert answers.made == [b.name for b in plan.builds] and not answers.skipped and not answers.failed
     assert builder.log == _expected_log(plan, answers)
     assert len(builder.log) == sum(plan.count().values())  # every request asked once (nothing timed)
@@ -166,7 +166,7 @@ def test_the_runner_asks_exactly_what_the_plan_says_in_plan_order(data) -> None:
 
 def test_a_run_in_this_process_is_judged_as_the_gate_judges_its_workers(data) -> None:
     plan = _plan(data)
-    local = judge(plan, run_plan(plan, InProcess(PolicyRetriever)))
+    local = judge(plan, run_plan(plan, InProcess(PolicyRetriever), rules_now))
     isolated = gate_retriever(PolicyRetriever, data.chunks, data.callers, data.cases, data.vectors, plan.config,
                               on_date=data.eval_date, measure=False)
     assert [(g.name, g.status, g.detail) for g in local.gates] == [(g.name, g.status, g.detail) for g in isolated.gates]
@@ -176,7 +176,7 @@ def test_a_run_in_this_process_is_judged_as_the_gate_judges_its_workers(data) ->
 def test_a_factory_that_ignores_its_chunks_gets_no_comparison_build_and_the_rule_is_named(data) -> None:
     plan = _plan(data)
     builder = InProcess(lambda chunks, vectors: PolicyRetriever(data.chunks, data.vectors))
-    answers = run_plan(plan, builder)
+    answers = run_plan(plan, builder, rules_now)
     compare = [b.name for b in plan.builds if b.probe in ("rebuild", "bait")]
     assert set(answers.skipped) == set(compare)
     assert all(RULES["canary passed"] in why for why in answers.skipped.values())
@@ -199,7 +199,7 @@ def test_a_case_that_raised_is_not_asked_again_and_its_comparisons_say_why(data)
 
     plan = _plan(data, probe_budget=0)
     builder = InProcess(RaisesOnce)
-    answers = run_plan(plan, builder)
+    answers = run_plan(plan, builder, rules_now)
     asked = [entry for entry in builder.log if (entry[1], entry[2]) == who]
     assert len(asked) == 1 and asked[0][0] == "every stored chunk"  # once, on the main build, at top_k
     run = judge(plan, answers)
@@ -211,7 +211,7 @@ def test_a_case_that_raised_is_not_asked_again_and_its_comparisons_say_why(data)
 
 def test_the_judge_reads_a_phase_that_gave_no_answers_as_its_failure(data) -> None:
     plan = _plan(data, probe_budget=0)
-    answers = run_plan(plan, InProcess(PolicyRetriever))
+    answers = run_plan(plan, InProcess(PolicyRetriever), rules_now)
     broken = replace(answers, got={k: v for k, v in answers.got.items() if not k.startswith("together")},
                      failed={"main: concurrency at once": "the worker process ended while 16 threads searched"})
     run = judge(plan, broken)
@@ -227,7 +227,7 @@ def test_a_retriever_that_fuses_with_another_rrf_k_is_refused_before_any_case_is
     plan = _plan(data)
     builder = InProcess(other_fusion)
     with pytest.raises(InvalidArgument, match=r"rrf_k=30(\.0)? but the config says rrf_k=60"):
-        run_plan(plan, builder)
+        run_plan(plan, builder, rules_now)
     assert builder.log == []  # refused at the main build, before its first search
     with pytest.raises(InvalidArgument, match=r"rrf_k=30(\.0)? but the config says rrf_k=60"):
         gate_retriever(other_fusion, data.chunks, data.callers, data.cases, data.vectors, plan.config,

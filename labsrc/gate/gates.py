@@ -40,7 +40,7 @@ from labsrc.evaluation.subject import Factory, Subject, factory_name
 from labsrc.gate import reaping
 from labsrc.gate.config import GateConfig, check_same_fusion
 from labsrc.gate.gate_rules import GATE_TABLE, evaluate_gates
-from labsrc.gate.judge import judge
+from labsrc.gate.judge import judge, rules_now
 from labsrc.gate.outcomes import CaseOutcome, as_caller_map, lane_recall, run_cases, stored_chunks
 from labsrc.gate.plan import plan_gate
 from labsrc.gate.run import Builder, Prebuilt, run_plan
@@ -93,7 +93,7 @@ def release_gate(
     chunks = tuple(stored_chunks(retriever, stored).values())
     plan = plan_gate(chunks, as_caller_map(callers), cases, config, on_date or config.eval_date(),
                      label=type(retriever).__name__, measure=measure, rebuilds=False)
-    return judge(plan, run_plan(plan, Prebuilt(retriever), progress))
+    return judge(plan, run_plan(plan, Prebuilt(retriever), rules_now, progress))
 
 
 def gate_retriever(
@@ -154,4 +154,4 @@ def gate_retriever(
     plan = plan_gate(tuple(chunk_lookup(chunks).values()), as_caller_map(callers), cases, config,
                      on_date or config.eval_date(), vectors, label=label or factory_name(factory), measure=measure)
     with reaping.keep_watchdog():  # one watchdog for the run's builds, gone when the run ends
-        return judge(plan, run_plan(plan, Builder(factory, config), progress))
+        return judge(plan, run_plan(plan, Builder(factory, config), rules_now, progress))

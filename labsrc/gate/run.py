@@ -3,7 +3,7 @@
 :func:`run_plan` executes a :class:`~labsrc.gate.plan.GatePlan` and files every
 answer under its request's key (:class:`~labsrc.gate.answers.Answers`); it judges nothing. Where the
 plan names a rule that depends on earlier answers (did the canary pass, which
-cases reproduced), it asks :func:`~labsrc.gate.judge.rules_now`; where a build
+cases reproduced), it asks the judge it is handed (:func:`~labsrc.gate.judge.rules_now`); where a build
 fails, the failure is filed in place of its answers, except the main build's,
 which stops the run. :class:`Builder` makes the factory's builds
 (:mod:`~labsrc.gate.workers`); :class:`Prebuilt` stands for a retriever already
@@ -13,7 +13,7 @@ built (:func:`~labsrc.gate.gates.release_gate`), asked in this process.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,6 @@ from labsrc.evaluation.subject import (
 from labsrc.gate import reaping
 from labsrc.gate.answers import Answers
 from labsrc.gate.config import GateConfig, check_same_fusion
-from labsrc.gate.judge import rules_now
 from labsrc.gate.plan import RULES, Ask, BuildStep, GatePlan, Phase, Withhold, phase_key
 from labsrc.gate.workers import IsolatedBuild
 from labsrc.lanes.dense import DenseSource
@@ -213,21 +212,28 @@ def _run_build(plan: GatePlan, step: BuildStep, builder: Builder | Prebuilt, ans
         build.close()
 
 
-def run_plan(plan: GatePlan, builder: Builder | Prebuilt, progress: Progress | None = None) -> Answers:
-    """Every build of ``plan`` in order, every request asked as the plan says (see the module docs)."""
+def run_plan(plan: GatePlan, builder: Builder | Prebuilt, rules: Callable[[GatePlan, Answers], Any],
+             progress: Progress | None = None) -> Answers:
+    """Every build of ``plan`` in order, every request asked as the plan says (see the module docs).
+
+    ``rules(plan, answers)`` says what the answers so far allow, as an object whose
+    ``allows(rule, index)`` reads each rule of :data:`~labsrc.gate.plan.RULES`
+    (:func:`~labsrc.gate.judge.rules_now`: only the judge reads answers).
+    """
     answers = Answers()
-    rules, read = None, -1
+    allowing: Any = None
+    read = -1
     sources = {b.name for b in plan.builds if b.probe in ("repeat", "canary")}  # the builds rules read
     for step in plan.builds:
         allowed = {a.key for a in step.asks()}
         if step.when is not None or any(a.when for a in step.asks()):
             made = sum(name in sources for name in answers.made)
             if made != read:  # judged again only when a build the rules read has run since
-                rules, read = rules_now(plan, answers), made
-            if step.when is not None and not rules.allows(step.when):
+                allowing, read = rules(plan, answers), made
+            if step.when is not None and not allowing.allows(step.when):
                 answers.skipped[step.name] = f"not made: {RULES[step.when]} did not hold"
                 continue
-            allowed = {a.key for a in step.asks() if a.when is None or rules.allows(a.when, a.index)}
+            allowed = {a.key for a in step.asks() if a.when is None or allowing.allows(a.when, a.index)}
             if not allowed:
                 answers.skipped[step.name] = "not made: no request it holds may be asked"
                 continue
