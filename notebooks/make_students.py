@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import copy
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
@@ -57,12 +58,19 @@ def _marked(source: str) -> list[tuple[str, int, int]]:
     return found
 
 
-def blank_answers(source: str) -> str:
-    """The cell with each marked statement replaced by ``name = ...  # your answer``."""
+def replace_marked(source: str, statement: Callable[[str], str | None]) -> str:
+    """The cell with each marked statement replaced by ``statement(name)`` (kept where that is None)."""
     lines = source.split("\n")
     for target, first, last in reversed(_marked(source)):
-        lines[first:last + 1] = [f"{target} = {BLANK}"]
+        new = statement(target)
+        if new is not None:
+            lines[first:last + 1] = [new]
     return "\n".join(lines)
+
+
+def blank_answers(source: str) -> str:
+    """The cell with each marked statement replaced by ``name = ...  # your answer``."""
+    return replace_marked(source, lambda target: f"{target} = {BLANK}")
 
 
 def student_twin(path: Path) -> nbformat.NotebookNode:

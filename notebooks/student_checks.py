@@ -83,11 +83,9 @@ def replace_answer(sources: list[str], target: str, statement: str) -> list[str]
     """The cells with the marked answer to ``target`` replaced by ``statement`` (a new list)."""
     changed = list(sources)
     for i, source in enumerate(sources):
-        for name, first, last in make_students._marked(source):
-            if name == target:
-                lines = source.split("\n")
-                changed[i] = "\n".join([*lines[:first], statement, *lines[last + 1:]])
-                return changed
+        if any(name == target for name, _, _ in make_students._marked(source)):
+            changed[i] = make_students.replace_marked(source, lambda name: statement if name == target else None)
+            return changed
     raise ValueError(f"no marked answer {target!r}")
 
 
