@@ -48,7 +48,6 @@ __all__ = [
     "canary_chunk",
     "canary_vectors",
     "interleaved",
-    "pick_withheld",
     "repeatability",
 ]
 
@@ -108,24 +107,6 @@ def pick_canary_caller(
         if best is None or seen > best[0]:
             best = (seen, caller, day)
     return None if best is None else (best[1], best[2])
-
-
-def pick_withheld(
-    cases: Sequence[Case], observed: Sequence[Observation], callers: Mapping[str, Caller],
-    stored: Mapping[str, PolicyChunk], on_date: dt.date,
-) -> tuple[int, str] | None:
-    """``(case position, chunk id)``: the first permitted chunk a case's fused list returned, positive cases first."""
-    order = sorted(range(len(cases)), key=lambda i: (cases[i].kind != "positive", i))
-    for i in order:
-        case, answer = cases[i], observed[i]
-        if answer.error:
-            continue
-        caller, day = callers[case.caller], case.on_date or on_date
-        for chunk_id in answer.ids("hybrid"):
-            chunk = stored.get(chunk_id)
-            if chunk is not None and not block_reasons(caller, chunk, day):
-                return i, chunk_id
-    return None
 
 
 @dataclass(frozen=True)
