@@ -117,13 +117,15 @@ def gate_retriever(
     a :class:`~labsrc.retriever.policy.RetrievalResult` or ``(chunk_id, score)``
     pairs, best first (:mod:`~labsrc.evaluation.subject`).
 
-    Every build runs in a fresh worker process (:mod:`~labsrc.gate.workers`),
-    on the config's clocks (``build_timeout_s``, ``search_timeout_s``):
+    The plan (:func:`~labsrc.gate.plan.plan_gate`) holds these builds, each run in a fresh
+    worker process (:mod:`~labsrc.gate.workers`) on the config's clocks (``build_timeout_s``,
+    ``search_timeout_s``):
 
-    1. the main build: every case replayed (and timed, with ``measure``), then
-       replayed from ``config.concurrency`` threads at once (:mod:`~labsrc.gate.probes`),
-       then up to ``config.probe_budget`` generated requests (:mod:`~labsrc.gate.plan`:
-       every case's query as every caller, hidden chunks' own codes and terms, edge dates);
+    1. the main build: every case replayed (and timed, with ``measure``), then each
+       case alone and every case from ``config.concurrency`` threads at once
+       (:mod:`~labsrc.gate.probes`), then up to ``config.probe_budget`` generated requests
+       (:mod:`~labsrc.gate.generate`: every case's query as every caller, hidden chunks'
+       own codes and terms, edge dates);
     2. with ``noninterference`` on: the same chunks built again (repeatability),
        a build with a canary added and a returned chunk withheld (does the factory
        index what it is handed?), then, per (caller, date) of the cases, a build
