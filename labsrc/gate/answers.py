@@ -36,6 +36,10 @@ class Answers:
     info: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     restarts: int = 0
-    builds: int = 0
     leftovers: tuple[str, ...] | None = ()
     output: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def builds(self) -> int:
+        """Builds tried (each in its own worker process), failed ones included."""
+        return len(self.made)

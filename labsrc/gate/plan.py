@@ -226,8 +226,7 @@ def _request(case: Case, callers: Mapping[str, Caller], on_date: dt.date, top_k:
 
 
 def _main(cases: Sequence[Case], callers: Mapping[str, Caller], on_date: dt.date, config: GateConfig, depth: int,
-          measure: bool, rebuilds: bool, generated: ProbePlan | None) -> tuple[Phase, ...]:
-    top = [_request(case, callers, on_date, config.top_k) for case in cases]
+          top: Sequence[Request], measure: bool, rebuilds: bool, generated: ProbePlan | None) -> tuple[Phase, ...]:
     phases = [Phase("cases", "in turn", tuple(a for i, case in enumerate(cases) for a in (
         Ask(f"case {i}", top[i], "cases", i, counts=False),
         Ask(f"case {i} deep", _request(case, callers, on_date, depth), "cases", i, after=f"case {i}"),
@@ -339,11 +338,11 @@ def plan_gate(
     if rebuilds and config.probe_budget:
         generated = plan_probes(stored, callers, cases, on_date, budget=config.probe_budget, seed=config.probe_seed)
         vectors = probe_vectors(vectors, generated, stored)
-    phases = _main(cases, callers, on_date, config, depth, measure, rebuilds, generated)
+    top = [_request(case, callers, on_date, config.top_k) for case in cases]  # each case as its caller asks it
+    phases = _main(cases, callers, on_date, config, depth, top, measure, rebuilds, generated)
     builds = [BuildStep("main", "cases", "every stored chunk", stored, vectors, phases,
                         "the retriever as it ships: every stored chunk, hidden ones included", required=True)]
     if rebuilds and config.noninterference != "off":
-        top = [_request(case, callers, on_date, config.top_k) for case in cases]
         builds.append(BuildStep(
             "repeat", "repeat", "every stored chunk, built a second time", stored, vectors,
             (Phase("repeat", "in turn", tuple(Ask(f"repeat {i}", top[i], "repeat", i, after=f"case {i}")

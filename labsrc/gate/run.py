@@ -175,7 +175,6 @@ def _run_build(plan: GatePlan, step: BuildStep, builder: Builder | Prebuilt, ans
             answers.withheld[step.name] = picked[:2]
             chunks = tuple(c for c in chunks if c.chunk_id != picked[1])
             what += f" and {picked[1]!r} withheld"
-    answers.builds += 1
     answers.made.append(step.name)
     try:
         build = builder.build(chunks + step.added, what, step.vectors)
