@@ -11,7 +11,7 @@ import pytest
 
 import labsrc
 from labsrc.boundary import block_reasons
-from labsrc.gate.bait import BAIT_REASONS, BaitVectors, bait_chunks, bait_text
+from labsrc.gate.bait import BAIT_REASONS, BaitVectors, bait_chunks, bait_marker, bait_markers, bait_query, bait_text
 from labsrc.gate.noninterference import boundary_violations, compare_observations
 from labsrc.evaluation.subject import Observation
 from labsrc.lanes.dense import FixtureVectors
@@ -115,7 +115,11 @@ def test_one_bait_per_reason_each_blocked_for_exactly_that_reason(data: labsrc.L
     ]
     for chunk, reason in zip(bait, BAIT_REASONS):
         assert block_reasons(data.luna, chunk, DAY) == (reason,)  # Luna holds a tag: one reason each
-        assert chunk.text == bait_text("RPL-14 damaged laptop") == "RPL-14 damaged laptop"
+        marker = bait_marker(chunk.chunk_id, "RPL-14 damaged laptop")
+        assert chunk.text == bait_text("RPL-14 damaged laptop", marker) == f"RPL-14 damaged laptop {marker}"
+        assert bait_query(chunk) == "RPL-14 damaged laptop" and bait_markers([chunk]) == {marker: chunk.chunk_id}
+        assert marker.isalpha() and marker.islower() and marker.startswith("bait")
+    assert len({c.text for c in bait}) == 4  # one marker per chunk: text carrying it names its chunk
 
 
 def test_a_caller_without_tags_still_gets_bait_blocked_by_its_reason(data: labsrc.Lesson) -> None:

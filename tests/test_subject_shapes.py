@@ -373,7 +373,7 @@ def test_plain_and_unplain_keep_the_contract() -> None:
     assert unplain_observation(plain_observation(broken)) == broken
     fine = seen(PAIRS)
     assert unplain_observation(plain_observation(fine)) == fine and fine.contract is None
-    lanes, trace, timings, error, _ = plain_observation(broken)  # the earlier fields keep their places
+    lanes, trace, timings, error, *_ = plain_observation(broken)  # the earlier fields keep their places
     assert unplain_observation((lanes, trace, timings, error)).contract is None
 
 

@@ -19,7 +19,7 @@ from labsrc.audit.langchain_ensemble import FETCH_K, WEIGHTS, LangChainEnsemble
 from labsrc.audit.llamaindex_bm25 import LlamaIndexHybrid
 from labsrc.audit.milvus_hybrid import MilvusHybrid, boundary_expr
 from labsrc.audit.pgvector_hnsw import SharedServerFactory
-from labsrc.audit.plugin import CLI_OPTION, load_factory, parse_spec
+from labsrc.audit.plugin import CLI_OPTION, SpecFactory, load_factory, parse_spec, worker_factory
 from labsrc.audit.qdrant_filter import QdrantFilter
 from labsrc.audit.rows import ROW_STATUSES, AuditRow, load_rows, save_rows
 from labsrc.audit.tantivy_filter import TantivyFilter
@@ -80,6 +80,8 @@ __all__ = [
     "load_dataset",
     "gate_from_files",
     "load_factory",
+    "worker_factory",
+    "SpecFactory",
     "parse_spec",
     "plot_audit",
     "run_audit",

@@ -2,8 +2,8 @@
 
 :func:`gate_from_files` reads the chunks, callers and cases, checks that every
 case can test what its kind says (:func:`~labsrc.gate.case_rules.check_cases`),
-loads the factory (``MODULE:FACTORY``, :func:`~labsrc.audit.plugin.load_factory`,
-or a callable), loads the dense vectors and runs
+names the factory (``MODULE:FACTORY``, :func:`~labsrc.audit.plugin.worker_factory`:
+imported in each build's worker process, never in this one; or a callable), loads the dense vectors and runs
 :func:`~labsrc.gate.gates.gate_retriever`. The command line and the pytest
 integration both call it, so the same inputs get the same verdicts from both.
 Bad input raises a :class:`~labsrc.errors.LabError` naming the file, line, field
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from labsrc.audit.plugin import load_factory
+from labsrc.audit.plugin import worker_factory
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.evaluation.latency import Progress
 from labsrc.evaluation.subject import Factory
@@ -53,7 +53,7 @@ def gate_from_files(
     lab_retriever: LabRetriever | None = None,
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
-    load: Callable[[str], Factory] = load_factory,
+    load: Callable[[str], Factory] = worker_factory,
 ) -> GateRun:
     """Run the release gate on the files a team keeps: what ``labsrc gate`` does before it prints.
 
@@ -69,7 +69,8 @@ def gate_from_files(
     applied to it before the cases are checked against its evaluation date.
     ``warn`` gets each warning (a case whose expected chunk has no vector).
     ``load`` turns a ``MODULE:FACTORY`` string into the factory (the pytest form
-    passes one that names itself and looks beside the test file).
+    passes one that names itself and looks beside the test file); the default imports
+    the module only inside the workers, so no code of the team's runs in this process.
     """
     loaded_chunks = load_chunks(chunks)
     loaded_callers = load_callers(callers)

@@ -5,6 +5,12 @@ importable, as with ``python -m``) or a path to a ``.py`` file; ``FACTORY`` is
 an attribute of it, dotted for a nested one (``mymodule:Builder.create``). An
 import that fails raises :class:`~labsrc.evaluation.subject.SubjectError` with
 the user's own error and file:line, never a traceback through the lab.
+
+The gate never imports a team's module in its own process: code at module level
+(a helper process started, a line printed, a global patched) would run outside
+every clock and every capture. :func:`worker_factory` checks the spec without
+importing anything and returns a :class:`SpecFactory`, which imports the module
+when it is called, inside each build's worker process.
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from labsrc.evaluation.subject import Factory, SubjectError, describe_exception
 
-__all__ = ["CLI_OPTION", "load_factory", "parse_spec"]
+__all__ = ["CLI_OPTION", "SpecFactory", "load_factory", "parse_spec", "worker_factory"]
 
 
 #: How the command line names the spec in its messages; the pytest form passes its own name.
@@ -106,3 +113,64 @@ def load_factory(spec: str, *, option: str = CLI_OPTION, folders: tuple[Path, ..
     if not callable(target):
         raise SubjectError(f"{option}: {spec!r} is a {type(target).__name__}, not a callable factory(chunks, vectors)")
     return target  # type: ignore[return-value]
+
+
+def _is_path(module_part: str) -> bool:
+    return module_part.endswith(".py") or "/" in module_part or "\\" in module_part
+
+
+def _check_without_import(spec: str, option: str, folders: tuple[Path, ...]) -> None:
+    """What can be told of ``spec`` without running any of its code: the file exists, the top module is findable."""
+    module_part, _ = parse_spec(spec, option=option)
+    if _is_path(module_part):
+        if not Path(module_part).is_file():
+            raise SubjectError(f"{option}: no such file {module_part!r}")
+        return
+    top = module_part.partition(".")[0]
+    places = [Path.cwd(), *folders, *(Path(p) for p in sys.path if p)]
+    if top in sys.modules or any(_holds_module(place, top) for place in places):
+        return
+    try:  # a namespace package, a zip, an installed module sys.path's folders do not show directly
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        hint = (f"looked on sys.path and in {', '.join(str(f) for f in folders)}" if folders
+                else "run from the folder that holds it, or give a path to the .py file")
+        raise SubjectError(f"{option}: no module named {top!r} ({hint})")
+
+
+class SpecFactory:
+    """``MODULE:FACTORY``, imported only when called: in the gate's worker processes, never in the gate's own.
+
+    Calling it imports the module (once per process) and calls the factory it names; an import
+    that fails raises the :class:`~labsrc.evaluation.subject.SubjectError` :func:`load_factory`
+    raises, which the worker hands back as it is (``labsrc gate`` exits 2 with that one line).
+    """
+
+    def __init__(self, spec: str, *, option: str = CLI_OPTION, folders: tuple[Path, ...] = ()) -> None:
+        _check_without_import(spec, option, folders)
+        self.spec, self.option = spec, option
+        self.folders = tuple(Path(f).resolve() for f in folders)
+        self.cwd = Path.cwd()
+        module_part, _, attribute = spec.rpartition(":")
+        # How messages and reports name it (subject_name), as factory_name names a loaded factory: a file by its name.
+        self.labsrc_display_name = f"{Path(module_part).name}:{attribute}" if _is_path(module_part) else spec
+
+    def load(self) -> Factory:
+        """The factory itself: imports the module in *this* process."""
+        module_part, _, attribute = self.spec.rpartition(":")
+        if _is_path(module_part) and not Path(module_part).is_absolute():
+            module_part = str(self.cwd / module_part)  # relative to where the gate was started
+        return load_factory(f"{module_part}:{attribute}", option=self.option, folders=self.folders)
+
+    def __call__(self, chunks: tuple[Any, ...], vectors: Any) -> Any:
+        return self.load()(chunks, vectors)
+
+    def __repr__(self) -> str:
+        return f"SpecFactory({self.spec!r})"
+
+
+def worker_factory(spec: str, *, option: str = CLI_OPTION, folders: tuple[Path, ...] = ()) -> Factory:
+    """A :class:`SpecFactory` for ``spec``, checked as far as it can be without importing it."""
+    return SpecFactory(spec, option=option, folders=folders)

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence, Sized
 from typing import Any
 
+from labsrc.evaluation.plain import PlainValue, payload_fields, plain_id, plain_score
 from labsrc.records.policy import PolicyChunk
 
 __all__ = [
@@ -31,7 +32,9 @@ __all__ = [
     "ID_KEYS",
     "SCORE_KEYS",
     "ShapeError",
+    "Payload",
     "call_search",
+    "read_answer",
     "read_pairs",
 ]
 
@@ -167,14 +170,19 @@ def _key_in(records: Sequence[Mapping[Any, Any]], key: str) -> Any:
     return _MISSING
 
 
-def _object_score(obj: object) -> Any:
+def _object_score(obj: object) -> tuple[Any, str]:
+    """The object's score and the field it was read from (``score``, ``metadata.score``, ...)."""
     score = _attribute(obj, "score")
-    if score is _MISSING:
-        for record in _records(obj):
-            score = _key(record, SCORE_KEYS)
-            if score is not _MISSING:
-                break
-    return score
+    if score is not _MISSING:
+        return score, "score"
+    for place in ("payload", "metadata"):
+        record = getattr(obj, place, None)
+        if isinstance(record, Mapping):
+            for key in SCORE_KEYS:
+                value = record.get(key)
+                if value is not None:
+                    return value, f"{place}.{key}"
+    return _MISSING, ""
 
 
 def _is_scalar(value: object) -> bool:
@@ -193,17 +201,32 @@ def _kind(item: object) -> str:
 _NO_ID = "has no chunk id (metadata or payload 'chunk_id', 'id' or 'doc_id'; or .chunk_id, .id, .node_id)"
 
 
-def _read_item(item: object, rank: int, returned: str) -> tuple[Any, Any]:
-    """``(chunk_id, score)`` as one result holds them, unchecked; a result of no known shape is refused."""
+#: ``(chunk_id, score, payload source, payload fields to skip)`` as one result holds them, unchecked.
+_Read = tuple[Any, Any, object, tuple[str, ...]]
+
+
+def _read_item(item: object, rank: int, returned: str) -> _Read:
+    """One result's id and score, unchecked, and what its payload is read from; a result of no known shape is refused.
+
+    The payload source is the whole result (a dict, a ``Document``, a point, a node), or the
+    holder of a ``(holder, score)`` pair; a ``(chunk_id, score)`` pair has none. The field the
+    score was read from is skipped: scores are compared as scores.
+    """
     if isinstance(item, Mapping):
-        chunk_id, score = _key(item, ID_KEYS), _key(item, SCORE_KEYS)
+        for key in SCORE_KEYS:
+            if item.get(key) is not None:
+                score_key = key
+                break
+        else:
+            score_key = ""
+        chunk_id = _key(item, ID_KEYS)
         if chunk_id is _MISSING:
             raise ShapeError(returned, f"result {rank} has no id key ({', '.join(map(repr, ID_KEYS))})")
-        if score is _MISSING:
+        if not score_key:
             hint = "; a distance is not read (lower is better): return a score" if "distance" in item else ""
             keys = ", ".join(map(repr, SCORE_KEYS))
             raise ShapeError(returned, f"result {rank} ({chunk_id!r}) has no score ({keys}: missing or None){hint}")
-        return chunk_id, score
+        return chunk_id, item[score_key], item, (score_key,)
     if isinstance(item, (str, bytes)):
         problem = f"result {rank} is {_short(item)}: an id alone has no score, return (chunk_id, score)"
         raise ShapeError(returned, problem)
@@ -212,41 +235,47 @@ def _read_item(item: object, rank: int, returned: str) -> tuple[Any, Any]:
             raise ShapeError(returned, f"result {rank} is {_short(item)}, not a (chunk_id, score) pair")
         holder, score = item
         if isinstance(holder, PolicyChunk):
-            return holder.chunk_id, score
+            return holder.chunk_id, score, holder, ()
         if _is_scalar(holder) or isinstance(holder, Sequence):
-            return holder, score  # a str is the id; anything else is refused by _checked, naming its type
+            return holder, score, None, ()  # a str is the id; anything else is refused by _checked, naming its type
         chunk_id = _key(holder, ID_KEYS) if isinstance(holder, Mapping) else _object_id(holder)
         if chunk_id is _MISSING:
             kind = _kind(holder)
             raise ShapeError(returned, f"result {rank} is a ({kind}, score) pair whose {kind} {_NO_ID}")
-        return chunk_id, score
+        return chunk_id, score, holder, ()
     if _is_scalar(item):
         raise ShapeError(returned, f"result {rank} is {_short(item)} ({type(item).__name__}), not a result")
     chunk_id = _object_id(item)
     if chunk_id is _MISSING:
         raise ShapeError(returned, f"result {rank} is a {type(item).__name__} that {_NO_ID}")
-    score = _object_score(item)
+    score, score_field = _object_score(item)
     if score is _MISSING:
         hint = (": a vector store's similarity_search_with_relevance_scores returns (Document, score) pairs"
                 if hasattr(item, "page_content") else "")
         raise ShapeError(returned, f"result {rank} ({chunk_id!r}) has no score (.score, or metadata or payload "
                                     f"{', '.join(map(repr, SCORE_KEYS))}){hint}")
-    return chunk_id, score
+    return chunk_id, score, item, (score_field,)
 
 
 def _checked(item: object, chunk_id: Any, score: Any, rank: int, returned: str) -> tuple[str, float]:
-    """One result's id and score, strictly: a str id, a finite real score (not a bool)."""
+    """One result's id and score, strictly and as plain data: an exact str id, a finite float score (not a bool).
+
+    A ``str`` subclass is copied to a plain ``str`` here, so none of its methods (``__eq__``,
+    ``__hash__``) runs anywhere after this line.
+    """
     if not isinstance(chunk_id, str):
         hint = ("; a store's own key is not a chunk id: keep chunk_id in the payload or metadata"
                 if _records(item) else "")
         raise ShapeError(returned, f"result {rank} has chunk_id {_short(chunk_id)} ({type(chunk_id).__name__}); "
                                     f"expected a str, the chunk_id of a chunk the factory was handed{hint}")
+    chunk_id = plain_id(chunk_id, f"result {rank}'s chunk_id")
     if isinstance(score, bool) or not isinstance(score, numbers.Real):
         raise ShapeError(returned, f"result {rank} ({chunk_id!r}) has score {_short(score)} "
                                     f"({type(score).__name__}); expected a finite number")
-    if not math.isfinite(float(score)):  # a real number of the wrong value: this answer's bug, not the contract
-        raise TypeError(f"result {rank} ({chunk_id!r}) has score {_short(score)}; expected a finite number")
-    return chunk_id, float(score)
+    value = plain_score(score, f"result {rank}'s score")
+    if not math.isfinite(value):  # a real number of the wrong value: this answer's bug, not the contract
+        raise TypeError(f"result {rank} ({chunk_id!r}) has score {_short(value)}; expected a finite number")
+    return chunk_id, value
 
 
 def _refuse_container(out: Any) -> None:
@@ -270,27 +299,41 @@ def _refuse_container(out: Any) -> None:
         raise ShapeError(name, "not a list of results")
 
 
-def read_pairs(out: Any, top_k: int) -> tuple[tuple[str, float], ...]:
-    """Read a fused-list answer: any accepted shape, unique ids, finite scores, at most top_k.
+#: One result's payload: every field it carries but its id and score, flattened (:func:`~labsrc.evaluation.plain.payload_fields`).
+Payload = tuple[tuple[str, PlainValue], ...]
 
-    Linear and bounded: at most ``top_k + 1`` items are read, so an endless iterator or a million results
-    cost no more than a legal answer, and repeated ids are found with a set. A shape the gate cannot read
-    raises :class:`ShapeError`; a bad value (a non-finite score, a repeated id, too many) a plain TypeError.
+
+def read_answer(out: Any, top_k: int) -> tuple[tuple[tuple[str, float], ...], tuple[Payload, ...]]:
+    """Read a fused-list answer: ``(pairs, payloads)``, each payload aligned with its pair.
+
+    Any accepted shape, unique ids, finite scores, at most top_k. Linear and bounded: at most
+    ``top_k + 1`` items are read, so an endless iterator or a million results cost no more than a
+    legal answer, and repeated ids are found with a set of plain ``str``. A shape the gate cannot
+    read raises :class:`ShapeError`; a bad value (a non-finite score, a repeated id, too many, a
+    field that is not plain data) a plain ``TypeError``.
     """
     _refuse_container(out)
     pairs: list[tuple[str, float]] = []
+    payloads: list[Payload] = []
     seen: set[str] = set()
     for rank, item in enumerate(itertools.islice(out, top_k + 1), start=1):
         if rank > top_k:
             size = f"{len(out)} results" if isinstance(out, Sized) else "more results"
             raise TypeError(f"search returned {size} for top_k={top_k}")
         returned = f"a {type(out).__name__} of {_kind(item)}"
-        chunk_id, score = _checked(item, *_read_item(item, rank, returned), rank, returned)
+        raw_id, raw_score, source, skip = _read_item(item, rank, returned)
+        chunk_id, score = _checked(item, raw_id, raw_score, rank, returned)
         if chunk_id in seen:
             raise TypeError(f"search returned the same chunk more than once: {chunk_id!r} again at rank {rank}")
         seen.add(chunk_id)
         pairs.append((chunk_id, score))
-    return tuple(pairs)
+        payloads.append(() if source is None else payload_fields(source, rank, skip=skip))
+    return tuple(pairs), tuple(payloads)
+
+
+def read_pairs(out: Any, top_k: int) -> tuple[tuple[str, float], ...]:
+    """The ``(chunk_id, score)`` pairs of :func:`read_answer`."""
+    return read_answer(out, top_k)[0]
 
 
 def _short(value: object, limit: int = 80) -> str:

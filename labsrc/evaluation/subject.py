@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import inspect
+import math
 import sys
 import sysconfig
 import time
@@ -48,7 +49,8 @@ from types import FunctionType, MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from labsrc.errors import LabError
-from labsrc.evaluation.answers import ShapeError, call_search, read_pairs
+from labsrc.evaluation.answers import Payload, ShapeError, call_search, read_answer
+from labsrc.evaluation.plain import PlainValue, payload_fields, plain_id, plain_score, plain_str, plain_timings, plain_trace
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import Caller, PolicyChunk
 from labsrc.retriever.policy import RetrievalResult
@@ -203,7 +205,7 @@ def subject_versions(subject: object, on_date: dt.date, fallback: str) -> dict[s
     versions = getattr(subject, "versions", None)
     if callable(versions):
         try:
-            return {str(k): str(v) for k, v in dict(versions(on_date)).items()}
+            return {plain_str(str(k), "versions key"): plain_str(str(v), "version") for k, v in dict(versions(on_date)).items()}
         except Exception:
             pass
     return {"retriever": fallback}
@@ -234,6 +236,7 @@ class Observation:
     timings_ms: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     error: str | None = None
     contract: str | None = None
+    payload: tuple[Payload, ...] = ()
 
     def __post_init__(self) -> None:
         lanes = {lane: tuple((str(i), float(s)) for i, s in pairs) for lane, pairs in self.lanes.items()}
@@ -242,6 +245,17 @@ class Observation:
         object.__setattr__(self, "timings_ms", MappingProxyType(dict(self.timings_ms)))
         if self.trace is not None:
             object.__setattr__(self, "trace", MappingProxyType(dict(self.trace)))
+        payload = tuple(tuple((str(k), v) for k, v in fields) for fields in self.payload)
+        if payload and len(payload) != len(lanes["hybrid"]):
+            raise ValueError(f"{len(payload)} payloads for {len(lanes['hybrid'])} results of the fused list")
+        object.__setattr__(self, "payload", payload)
+
+    def fields(self, chunk_id: str) -> dict[str, PlainValue]:
+        """The payload of ``chunk_id``'s result in the fused list (empty when it carries none)."""
+        for (i, _), fields in zip(self.lanes["hybrid"], self.payload):
+            if i == chunk_id:
+                return dict(fields)
+        return {}
 
     @property
     def lanes_reported(self) -> bool:
@@ -279,16 +293,9 @@ def observe(
         out = call_search(search, query, caller, on_date, top_k, **kwargs)
         elapsed = (time.perf_counter() - start) * 1000.0
         if isinstance(out, RetrievalResult):
-            lanes = {
-                "bm25": tuple((c.chunk_id, s) for c, s in out.sparse),
-                "dense": tuple((c.chunk_id, s) for c, s in out.dense),
-                "hybrid": tuple((c.chunk_id, s) for c, s in out.fused),
-            }
-            for lane, pairs in lanes.items():
-                if len(pairs) > top_k:
-                    raise TypeError(f"the {lane} lane returned {len(pairs)} results for top_k={top_k}")
-            return Observation(lanes, out.trace.to_dict(include_timings=False), out.trace.timings_ms)
-        return Observation({"hybrid": read_pairs(out, top_k)}, None, {"request": elapsed})
+            return _observe_result(out, top_k)
+        pairs, payload = read_answer(out, top_k)
+        return Observation({"hybrid": pairs}, None, {"request": elapsed}, payload=payload)
     except ShapeError as exc:  # error reads as every other broken answer did ("TypeError: ..."); contract alone
         return Observation({"hybrid": ()}, None, {}, error=f"TypeError: {exc}", contract=str(exc))
     except (KeyboardInterrupt, SystemExit, LabError):
@@ -297,6 +304,34 @@ def observe(
         raise
     except (Exception, asyncio.CancelledError) as exc:  # an awaited search may end cancelled: its case's error
         return Observation({"hybrid": ()}, None, {}, error=describe_exception(exc))
+
+
+def _lane_pairs(lane: str, pairs: Any, top_k: int) -> tuple[tuple[str, float], ...]:
+    """One lane of a ``RetrievalResult`` as plain ``(str, float)`` pairs: at most ``top_k``, unique, finite."""
+    out: list[tuple[str, float]] = []
+    seen: set[str] = set()
+    for rank, (chunk, score) in enumerate(pairs, start=1):
+        if rank > top_k:
+            raise TypeError(f"the {lane} lane returned more than top_k={top_k} results")
+        field = f"the {lane} lane's result {rank}"
+        chunk_id = plain_id(getattr(chunk, "chunk_id", None), f"{field} chunk_id")
+        value = plain_score(score, f"{field} score")
+        if not math.isfinite(value):
+            raise TypeError(f"{field} ({chunk_id!r}) has score {value!r}; expected a finite number")
+        if chunk_id in seen:
+            raise TypeError(f"the {lane} lane returned {chunk_id!r} more than once")
+        seen.add(chunk_id)
+        out.append((chunk_id, value))
+    return tuple(out)
+
+
+def _observe_result(out: RetrievalResult, top_k: int) -> Observation:
+    """A ``RetrievalResult`` reduced to plain data (:mod:`~labsrc.evaluation.plain`), here, on the search's clock."""
+    lanes = {"bm25": _lane_pairs("bm25", out.sparse, top_k), "dense": _lane_pairs("dense", out.dense, top_k),
+             "hybrid": _lane_pairs("fused", out.fused, top_k)}
+    payload = tuple(payload_fields(chunk, rank) for rank, (chunk, _) in enumerate(out.fused, start=1))
+    trace = plain_trace(out.trace.to_dict(include_timings=False))
+    return Observation(lanes, trace, plain_timings(out.trace.timings_ms, "trace timings_ms"), payload=payload)
 
 
 @dataclass(frozen=True)

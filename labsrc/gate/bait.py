@@ -2,8 +2,9 @@
 
 Noninterference says that a chunk the caller may not see changes nothing the
 caller observes. The strongest test of that is a chunk that *would* win if it
-leaked: its text is the query itself (every word and code, nothing else, so it
-is as short and as on-topic as a chunk can be), and, with vectors, its document
+leaked: its text is the query itself (every word and code, and one marker word
+no stored chunk holds: as short and as on-topic as a chunk can be, and text that
+carries the marker is known to carry the bait's own), and, with vectors, its document
 vector is the query's own vector (cosine 1). :func:`bait_chunks` makes one such
 chunk per rule the boundary enforces, each blocked for the caller by that rule
 (notebook 05 does the same by hand with four ``hidden-*`` chunks):
@@ -23,6 +24,7 @@ wrong_region        another region, the caller's tag, current
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -34,7 +36,7 @@ from labsrc.errors import LabError
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import Caller, PolicyChunk
 
-__all__ = ["BAIT_REASONS", "BaitVectors", "bait_chunks", "bait_text"]
+__all__ = ["BAIT_REASONS", "BaitVectors", "bait_chunks", "bait_marker", "bait_markers", "bait_query", "bait_text"]
 
 #: One bait chunk per reason, in this order.
 BAIT_REASONS = (
@@ -48,9 +50,32 @@ _YEAR = dt.timedelta(days=365)
 _DAY = dt.timedelta(days=1)
 
 
-def bait_text(query: str) -> str:
-    """The bait's text: the query itself, every word and code of it and nothing else."""
-    return query
+_LETTERS = "bcdfghjklmnpqrstvwxz"
+
+
+def bait_marker(chunk_id: str, query: str) -> str:
+    """A word no stored chunk holds, unique to one bait chunk: ``bait`` and ten consonants (deterministic).
+
+    Letters only, lower case, so every tokenizer, lower-caser and stemmer keeps it one token. Text
+    that reaches the caller carrying it carries that bait chunk's own text (:func:`bait_markers`).
+    """
+    digest = hashlib.sha256(f"{chunk_id}\n{query}".encode()).digest()
+    return "bait" + "".join(_LETTERS[b % len(_LETTERS)] for b in digest[:10])
+
+
+def bait_text(query: str, marker: str = "") -> str:
+    """The bait's text: the query itself, every word and code of it, then its marker word (when given)."""
+    return f"{query} {marker}" if marker else query
+
+
+def bait_query(chunk: PolicyChunk) -> str:
+    """The query a bait chunk was made for (its text without its marker)."""
+    return str((chunk.metadata or {}).get("bait_query", chunk.text))
+
+
+def bait_markers(chunks: Sequence[PolicyChunk]) -> dict[str, str]:
+    """Marker word to bait chunk id, for the bait chunks among ``chunks``."""
+    return {str(c.metadata["bait_marker"]): c.chunk_id for c in chunks if c.metadata and "bait_marker" in c.metadata}
 
 
 def _fresh(base: str, taken: Collection[str]) -> str:
@@ -87,9 +112,11 @@ def bait_chunks(
             region, acl_tag, begin, end = layout[reason]
             chunk_id = _fresh(f"bait-{number:03d}-{reason.value.replace('_', '-')}", taken)
             taken.add(chunk_id)
+            marker = bait_marker(chunk_id, query)
             chunk = PolicyChunk(
                 chunk_id=chunk_id, document_id=chunk_id, parent_id=chunk_id, version=f"{chunk_id}/1",
-                region=region, acl_tag=acl_tag, effective_from=begin, effective_to=end, text=bait_text(query),
+                region=region, acl_tag=acl_tag, effective_from=begin, effective_to=end,
+                text=bait_text(query, marker), metadata={"bait_query": query, "bait_marker": marker},
             )
             if reason not in block_reasons(caller, chunk, on_date):  # a bug here would make the probe vacuous
                 raise LabError(f"internal: bait {chunk_id} is not blocked as {reason.value} for {caller.actor_id}")
@@ -116,8 +143,8 @@ class BaitVectors:
 
     @classmethod
     def for_queries(cls, source: DenseSource, chunks: Sequence[PolicyChunk]) -> BaitVectors:
-        """Each bait chunk gets its query's vector (its text *is* the query)."""
-        return cls(source, {c.chunk_id: source.query_vector(c.text) for c in chunks})
+        """Each bait chunk gets its query's vector (its text is the query and one marker word)."""
+        return cls(source, {c.chunk_id: source.query_vector(bait_query(c)) for c in chunks})
 
     def document_matrix(self, chunks: Sequence[PolicyChunk]) -> np.ndarray:
         plain = [c for c in chunks if c.chunk_id not in self._bait]

@@ -34,7 +34,14 @@ from labsrc.gate.answers import Answers
 from labsrc.gate.config import GateConfig
 from labsrc.gate.gate_rules import evaluate_gates
 from labsrc.gate.generated import GeneratedCheck, judge_generated
-from labsrc.gate.noninterference import Comparison, Violation, boundary_violations, compare_observations
+from labsrc.gate.bait import bait_markers
+from labsrc.gate.noninterference import (
+    Comparison,
+    Violation,
+    boundary_violations,
+    compare_observations,
+    without_fields,
+)
 from labsrc.gate.outcomes import CaseOutcome, case_outcome, lane_recall
 from labsrc.gate.plan import CANARY_CODE, CANARY_WITHHELD, BuildStep, GatePlan, Phase, phase_key
 from labsrc.gate.probes import (
@@ -141,8 +148,9 @@ def _concurrent_violations(case: Case, answer: Observation, request: Request, ca
 
 
 def _concurrency(plan: GatePlan, answers: Answers, outcomes: Sequence[CaseOutcome],
-                 stored: Mapping[str, PolicyChunk]) -> tuple[ConcurrencyCheck | None, dict[int, Comparison],
-                                                            list[tuple[int, Violation]]]:
+                 stored: Mapping[str, PolicyChunk], noisy: frozenset[str]) -> tuple[ConcurrencyCheck | None,
+                                                                                    dict[int, Comparison],
+                                                                                    list[tuple[int, Violation]]]:
     """Each case under concurrent requests against the case alone (``exact``), and the hidden ids it got."""
     main = plan.step("cases")
     alone_phase, together_phase = _phase(main, "concurrency", "in turn"), _phase(main, "concurrency", "at once")
@@ -159,7 +167,7 @@ def _concurrency(plan: GatePlan, answers: Answers, outcomes: Sequence[CaseOutcom
     actors = sorted({plan.cases[a.index].caller for a in asked})
     for a in asked:
         i, answer = a.index, answers.got[a.key]
-        comparison = compare_concurrent(alone[i], answer, "exact")
+        comparison = compare_concurrent(alone[i], answer, "exact", noisy)
         if i not in comparisons or (comparison.differs and not comparisons[i].differs):
             comparisons[i] = comparison
         if comparison.differs and not answer.error:
@@ -169,16 +177,20 @@ def _concurrency(plan: GatePlan, answers: Answers, outcomes: Sequence[CaseOutcom
 
 
 def _comparisons(plan: GatePlan, answers: Answers, top: Sequence[Observation], repeat: Repeatability | None,
-                 mode: str) -> tuple[dict[int, Comparison], dict[int, Comparison], list[tuple[int, Violation]]]:
-    """Per case: its main answer against its (caller, date)'s rebuild and bait builds, and the bait it got back."""
+                 mode: str, stored: Mapping[str, PolicyChunk]) -> tuple[dict[int, Comparison], dict[int, Comparison],
+                                                                        list[tuple[int, Violation]]]:
+    """Per case: its main answer against its (caller, date)'s rebuild and bait builds (ids, scores, every payload
+    field but the noisy ones), and the bait it got back, by id or by its marker word in the payload."""
     found: dict[str, dict[int, Comparison]] = {"rebuild": {}, "bait": {}}
     returned: list[tuple[int, Violation]] = []
     unstable = repeat.unstable() if repeat is not None else frozenset()
+    noisy = repeat.noisy_fields() if repeat is not None else frozenset()
     for step in plan.builds:
         if step.probe not in found:
             continue
         kind, target = step.probe, found[step.probe]
         planted = {c.chunk_id: c for c in step.added}
+        markers = bait_markers(step.added)
         for a in step.asks():
             if a.probe != kind:
                 continue
@@ -190,11 +202,13 @@ def _comparisons(plan: GatePlan, answers: Answers, top: Sequence[Observation], r
             elif top[i].error:
                 target[i] = Comparison(kind, mode, error=f"the full build raised {top[i].error}")
             elif kind == "rebuild":
-                target[i] = compare_observations(answers.got[a.key], top[i], kind=kind, mode=mode)
+                target[i] = compare_observations(answers.got[a.key], top[i], kind=kind, mode=mode,
+                                                 ignore_fields=noisy, stored=stored)
             else:
                 answer = answers.got[a.key]
-                target[i] = compare_observations(top[i], answer, kind=kind, mode=mode,
-                                                 bait_ids=frozenset(planted))
+                target[i] = compare_observations(top[i], answer, kind=kind, mode=mode, bait_ids=frozenset(planted),
+                                                 ignore_fields=noisy, stored={**stored, **planted},
+                                                 bait_markers=markers)
                 if target[i].bait_returned:
                     hits = boundary_violations(case.name, answer, a.request.caller, a.request.on_date,
                                                planted, where="(bait build)")
@@ -218,8 +232,9 @@ def _generated(plan: GatePlan, answers: Answers, stored: Mapping[str, PolicyChun
     phase = _phase(plan.step("cases"), "generated", "in turn")
     if plan.generated is None or phase is None:
         return None
-    got = [answers.got[a.key] for a in phase.asks if a.key in answers.got]  # the probes stop early, never skip
-    rebuilt = {a.index: answers.got[a.key] for step in plan.builds if step.probe == "rebuild"
+    noisy = repeat.noisy_fields() if repeat is not None else frozenset()
+    got = [without_fields(answers.got[a.key], noisy) for a in phase.asks if a.key in answers.got]  # stop early, never skip
+    rebuilt = {a.index: without_fields(answers.got[a.key], noisy) for step in plan.builds if step.probe == "rebuild"
                for a in step.asks() if a.probe == "generated" and a.key in answers.got}
     return judge_generated(plan.generated, got, stored, plan.callers, rebuilt=rebuilt, mode=mode or "exact",
                            not_compared=_why_not_compared(plan.config, canary, repeat))
@@ -240,13 +255,14 @@ def judge(plan: GatePlan, answers: Answers) -> GateRun:
         repeat, canary = _repeat(plan, answers), _canary(plan, answers)
         if repeat is not None:
             mode = "ids" if repeat.scores_differ else config.noninterference  # noise is not a leak
-        concurrency, together, violations = _concurrency(plan, answers, outcomes, stored)
+        noisy = repeat.noisy_fields() if repeat is not None else frozenset()
+        concurrency, together, violations = _concurrency(plan, answers, outcomes, stored, noisy)
         if repeat is not None and repeat.scores_differ:
             together = {i: replace(c, mode="ids") for i, c in together.items()}
         rebuild: dict[int, Comparison] = {}
         bait: dict[int, Comparison] = {}
         if canary is not None and canary.passed:
-            rebuild, bait, returned = _comparisons(plan, answers, top, repeat, mode or "exact")
+            rebuild, bait, returned = _comparisons(plan, answers, top, repeat, mode or "exact", stored)
             violations = returned + violations
         extra: dict[int, list[Violation]] = {}
         for i, v in violations:

@@ -22,8 +22,8 @@ chunks that caller may see. Three checks test it from outside the retriever:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from labsrc.boundary import BlockReason, block_reasons
@@ -33,10 +33,15 @@ from labsrc.records.policy import Caller, PolicyChunk
 __all__ = [
     "NONINTERFERENCE_MODES",
     "Comparison",
+    "FieldDiff",
     "LaneDiff",
     "Violation",
     "boundary_violations",
     "compare_observations",
+    "marked_fields",
+    "own_text_note",
+    "payload_diffs",
+    "without_fields",
     "reason_detail",
     "reason_label",
 ]
@@ -183,6 +188,92 @@ def _lane_diff(lane: str, reference: Sequence[tuple[str, float]], observed: Sequ
     )
 
 
+_ABSENT: object = object()
+
+
+def _shown(value: object) -> str:
+    """A payload value as a finding prints it: text by its length only (it may be what must not leak)."""
+    if value is _ABSENT:
+        return "absent"
+    if isinstance(value, str):
+        return f"{len(value)} chars"
+    return repr(value)
+
+
+def own_text_note(value: object, chunk: PolicyChunk | None) -> str:
+    """How a text field relates to the chunk's own stored text: the finding names a field that is not it."""
+    if not isinstance(value, str) or chunk is None or not value:
+        return ""
+    if value == chunk.text:
+        return "the chunk's own stored text"
+    if value in chunk.text:
+        return "a part of the chunk's own stored text"
+    return f"not the chunk's own stored text ({len(chunk.text)} chars) or a part of it"
+
+
+@dataclass(frozen=True)
+class FieldDiff:
+    """One payload field of one result that differs from the reference (:func:`payload_diffs`)."""
+
+    chunk_id: str
+    field: str
+    observed: str
+    reference: str
+    note: str = ""
+
+    def describe(self, reference: str) -> str:
+        note = f"; it is {self.note}" if self.note else ""
+        return (f"field {self.field!r} of {self.chunk_id!r} differs: {self.observed} against {self.reference} on "
+                f"the {reference}{note}")
+
+
+def payload_diffs(reference: Observation, observed: Observation, *, ignore: Collection[str] = (),
+                  stored: Mapping[str, PolicyChunk] | None = None) -> tuple[FieldDiff, ...]:
+    """Every payload field that differs, for every chunk both fused lists return (``ignore``: fields not compared).
+
+    Exact, and blind to meaning: a field present on one side only differs too. ``stored`` lets a
+    text field be named as the chunk's own stored text, or not.
+    """
+    out = []
+    for chunk_id in observed.ids("hybrid"):
+        if chunk_id not in reference.ids("hybrid"):
+            continue
+        ours, theirs = observed.fields(chunk_id), reference.fields(chunk_id)
+        for name in sorted(set(ours) | set(theirs)):
+            if name in ignore:
+                continue
+            a, b = ours.get(name, _ABSENT), theirs.get(name, _ABSENT)
+            if a is _ABSENT and b is _ABSENT or (a is not _ABSENT and b is not _ABSENT and type(a) is type(b) and a == b):
+                continue
+            note = own_text_note(a, (stored or {}).get(chunk_id))
+            out.append(FieldDiff(chunk_id, name, _shown(a), _shown(b), note))
+    return tuple(out)
+
+
+def marked_fields(observed: Observation, markers: Mapping[str, str]) -> tuple[str, ...]:
+    """Payload text carrying a bait chunk's marker word: ``field 'text' of 'x' carries 'bait-001-restricted''s text``."""
+    found = []
+    for (chunk_id, _), fields in zip(observed.lanes["hybrid"], observed.payload):
+        for name, value in fields:
+            if isinstance(value, str):
+                low = value.lower()
+                found += [f"field {name!r} of {chunk_id!r} carries {bait!r}'s text"
+                          for marker, bait in sorted(markers.items()) if marker in low]
+    return tuple(found)
+
+
+def without_fields(observation: Observation, names: Collection[str]) -> Observation:
+    """``observation`` with the payload fields in ``names`` left out (noise, not compared)."""
+    if not names or not observation.payload:
+        return observation
+    payload = tuple(tuple((k, v) for k, v in fields if k not in names) for fields in observation.payload)
+    return replace(observation, payload=payload)
+
+
+#: How many payload differences a finding prints; report.json keeps them all.
+SHOWN_FIELDS = 3
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One case replayed on a second build (``rebuild`` or ``bait``) against the caller's reference.
@@ -200,6 +291,8 @@ class Comparison:
     error: str | None = None
     bait_returned: tuple[str, ...] = ()
     skipped: str | None = None
+    fields: tuple[FieldDiff, ...] = ()
+    bait_text: tuple[str, ...] = ()
 
     @property
     def compared(self) -> bool:
@@ -212,6 +305,8 @@ class Comparison:
         return bool(
             self.error
             or self.bait_returned
+            or self.bait_text
+            or self.fields
             or any(d.differs(self.mode) for d in self.lanes)
             or (self.mode == "exact" and self.trace_differs)
         )
@@ -229,7 +324,13 @@ class Comparison:
         parts = []
         if self.bait_returned:
             parts.append(f"bait returned: {list(self.bait_returned)}")
+        parts += list(self.bait_text)
         parts += [d.describe(self.mode) for d in self.lanes if d.differs(self.mode)]
+        if self.fields:
+            reference = _SIDE.get(self.kind, {}).get("reference", "reference")
+            parts += [f.describe(reference) for f in self.fields[:SHOWN_FIELDS]]
+            if len(self.fields) > SHOWN_FIELDS:
+                parts.append(f"{len(self.fields) - SHOWN_FIELDS} more fields differ")
         if self.mode == "exact" and self.trace_differs and not parts:
             parts.append("the trace differs")
         return "; ".join(parts) or "same"
@@ -242,6 +343,9 @@ class Comparison:
             "detail": self.describe(),
             "error": self.error,
             "bait_returned": list(self.bait_returned),
+            "bait_text": list(self.bait_text),
+            "fields": [{"chunk_id": f.chunk_id, "field": f.field, "observed": f.observed, "reference": f.reference,
+                        "note": f.note} for f in self.fields],
             "skipped": self.skipped,
             "max_score_diff": self.max_score_diff,
             "lanes": {
@@ -254,14 +358,18 @@ class Comparison:
 
 def compare_observations(
     reference: Observation, observed: Observation, *, kind: str, mode: str = "exact",
-    bait_ids: frozenset[str] = frozenset(),
+    bait_ids: frozenset[str] = frozenset(), ignore_fields: Collection[str] = (),
+    stored: Mapping[str, PolicyChunk] | None = None, bait_markers: Mapping[str, str] | None = None,
 ) -> Comparison:
     """How ``observed`` (the subject's answer on the full store) differs from ``reference``.
 
     For ``kind="rebuild"`` the reference is the build over the caller's permitted
     chunks only; for ``kind="bait"`` the *observed* side is the build with bait
     added and the reference is the full store. Lanes are compared when both
-    report them; the fused list always.
+    report them; the fused list always, with every result's payload (the text and
+    metadata it hands on), in every mode, but the fields in ``ignore_fields``
+    (those that differ between two builds of the same chunks). ``bait_markers``
+    (marker word to bait id) finds payload text carrying a bait chunk's own text.
     """
     for side, obs in (("reference", reference), ("observed", observed)):
         if obs.error:
@@ -270,7 +378,9 @@ def compare_observations(
     diffs = tuple(_lane_diff(lane, reference.lanes[lane], observed.lanes[lane]) for lane in lanes)
     returned = {i for lane in OBSERVED_LANES for i in observed.ids(lane)}
     trace_differs = reference.trace is not None and observed.trace is not None and dict(reference.trace) != dict(observed.trace)
-    return Comparison(kind, mode, diffs, trace_differs, bait_returned=tuple(sorted(returned & bait_ids)))
+    return Comparison(kind, mode, diffs, trace_differs, bait_returned=tuple(sorted(returned & bait_ids)),
+                      fields=payload_diffs(reference, observed, ignore=ignore_fields, stored=stored),
+                      bait_text=marked_fields(observed, bait_markers or {}))
 
 
 _SIDE = {

@@ -25,7 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -183,6 +183,7 @@ class Repeatability:
     scores_differ: tuple[str, ...] = ()
     largest: float = 0.0
     error: str | None = None
+    fields_differ: tuple[str, ...] = ()
 
     @property
     def reproducible(self) -> bool:
@@ -192,11 +193,16 @@ class Repeatability:
         """Cases whose ids cannot be compared across builds."""
         return frozenset(name for name, _ in self.ids_differ)
 
+    def noisy_fields(self) -> frozenset[str]:
+        """Payload fields that differ between two builds of the same chunks (an id a store makes up, a
+        timestamp): noise, so no comparison across builds reads them."""
+        return frozenset(self.fields_differ)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "compared": self.compared, "reproducible": self.reproducible,
             "ids_differ": {name: what for name, what in self.ids_differ}, "scores_differ": list(self.scores_differ),
-            "largest_score_diff": self.largest, "error": self.error,
+            "largest_score_diff": self.largest, "error": self.error, "fields_differ": list(self.fields_differ),
         }
 
 
@@ -204,18 +210,21 @@ def repeatability(cases: Sequence[Case], first: Sequence[Observation], second: S
     """Compare two builds' answers case by case (cases that raised in either build are left out)."""
     ids_differ: list[tuple[str, str]] = []
     scores_differ: list[str] = []
+    fields: set[str] = set()
     largest, compared = 0.0, 0
     for case, a, b in zip(cases, first, second):
         if a.error or b.error:
             continue
         compared += 1
         comparison = compare_observations(a, b, kind="repeat", mode="ids")
+        fields.update(f.field for f in comparison.fields)  # payload noise: left out of comparisons, not a leak
+        comparison = replace(comparison, fields=())
         if comparison.differs or comparison.trace_differs:
             ids_differ.append((case.name, comparison.describe() if comparison.differs else "the trace differs"))
         elif comparison.max_score_diff != 0.0:
             scores_differ.append(case.name)
             largest = max(largest, comparison.max_score_diff)
-    return Repeatability(compared, tuple(ids_differ), tuple(scores_differ), largest)
+    return Repeatability(compared, tuple(ids_differ), tuple(scores_differ), largest, fields_differ=tuple(sorted(fields)))
 
 
 def interleaved(
@@ -243,9 +252,10 @@ def interleaved(
     return out
 
 
-def compare_concurrent(alone: Observation, together: Observation, mode: str) -> Comparison:
+def compare_concurrent(alone: Observation, together: Observation, mode: str,
+                       ignore_fields: Collection[str] = ()) -> Comparison:
     """How a case answered under concurrent requests differs from the same case alone."""
-    return compare_observations(alone, together, kind="concurrency", mode=mode)
+    return compare_observations(alone, together, kind="concurrency", mode=mode, ignore_fields=ignore_fields)
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,13 @@ from labsrc.evaluation.subject import (
     Factory,
     Observation,
     Request,
+    SubjectError,
     close_subject,
     describe_exception,
     observe_request,
     subject_versions,
 )
+from labsrc.evaluation.plain import plain_score, plain_value
 from labsrc.gate import reaping
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import PolicyChunk
@@ -45,18 +47,37 @@ __all__ = ["plain_observation", "run_worker", "unplain_observation"]
 def plain_observation(observation: Observation) -> tuple[Any, ...]:
     """An observation as plain tuples and dicts (mapping proxies do not pickle).
 
-    ``(lanes, trace, timings_ms, error, contract)``: new fields are appended, never inserted, so the order
-    read by :func:`unplain_observation` stays the one every earlier field was written in.
+    ``(lanes, trace, timings_ms, error, contract, payload)``: new fields are appended, never inserted, so the
+    order read by :func:`unplain_observation` stays the one every earlier field was written in. Every value
+    is a builtin already (:mod:`~labsrc.evaluation.plain` reduced the answer in :func:`observe`): the gate
+    unpickles builtins only.
     """
     lanes = {lane: tuple(pairs) for lane, pairs in observation.lanes.items()}
     trace = None if observation.trace is None else dict(observation.trace)
-    return lanes, trace, dict(observation.timings_ms), observation.error, observation.contract
+    return (lanes, trace, dict(observation.timings_ms), observation.error, observation.contract,
+            observation.payload)
 
 
 def unplain_observation(data: tuple[Any, ...]) -> Observation:
-    """The observation :func:`plain_observation` sent; a tuple without ``contract`` (four fields) reads as None."""
+    """The observation :func:`plain_observation` sent; fields an older sender did not append read as empty."""
     lanes, trace, timings, error, *rest = data
-    return Observation(lanes, trace, timings, error=error, contract=rest[0] if rest else None)
+    return Observation(lanes, trace, timings, error=error, contract=rest[0] if rest else None,
+                       payload=rest[1] if len(rest) > 1 else ())
+
+
+def _built_info(subject: Any, vectors: DenseSource | None) -> dict[str, Any]:
+    """What the gate reads of a build, as plain data: its ``rrf_k`` and its dense model's record."""
+    rrf_k = getattr(subject, "rrf_k", None)
+    try:
+        fusion = None if rrf_k is None else plain_score(rrf_k, "rrf_k")
+    except Exception:
+        fusion = None
+    source = getattr(subject, "vectors", None) or vectors
+    try:
+        model = plain_value(dict(getattr(source, "model", None) or {}), "the dense model")
+    except Exception:  # a model record that is not plain data names no model
+        model = {}
+    return {"rrf_k": fusion, "dense_model": model}
 
 
 def _observe_contained(subject: Any, request: Request) -> Observation:
@@ -128,6 +149,9 @@ def _serve(conn: Connection, factory: Factory, chunks: tuple[PolicyChunk, ...], 
 
     try:
         subject = factory(chunks, vectors)
+    except SubjectError as exc:  # MODULE:FACTORY imported here and failed: its own one line, as it is
+        reply(("spec_error", str.__str__(str(exc))))
+        return
     except BaseException as exc:
         reply(("build_error", describe_exception(exc)))
         return
@@ -135,10 +159,7 @@ def _serve(conn: Connection, factory: Factory, chunks: tuple[PolicyChunk, ...], 
         kind = type(subject).__name__
         reply(("build_error", f"returned {kind}, which has no search(query, caller, on_date, top_k) method"))
         return
-    rrf_k = getattr(subject, "rrf_k", None)
-    source = getattr(subject, "vectors", None) or vectors
-    model = dict(getattr(source, "model", None) or {})
-    reply(("built", {"rrf_k": None if rrf_k is None else float(rrf_k), "dense_model": model}))
+    reply(("built", _built_info(subject, vectors)))
     while True:
         try:
             op, payload = conn.recv()
@@ -158,7 +179,7 @@ def _serve(conn: Connection, factory: Factory, chunks: tuple[PolicyChunk, ...], 
                 reply(("closed", None))
                 return
         except LabError as exc:
-            reply(("lab_error", (type(exc).__name__, str(exc))))
+            reply(("lab_error", (str.__str__(type(exc).__name__), str.__str__(str(exc)))))
 
 
 def _capture_output(output_fd: int | None) -> None:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import pickle
 import shutil
 import signal
 import tempfile
@@ -54,6 +55,7 @@ from typing import Any
 
 from labsrc import errors
 from labsrc.errors import LabError
+from labsrc.evaluation.plain import loads_plain
 from labsrc.gate import reaping
 from labsrc.gate.capture import OUTPUT_LIMIT_BYTES, capture_file, read_capture
 from labsrc.gate.config import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_SEARCH_TIMEOUT_S, check_timeout
@@ -200,6 +202,9 @@ class IsolatedBuild:
         except EOFError:
             status = self._kill()
             raise self._failed(f"{name}'s worker process ended while building ({self.what}){status}") from None
+        if kind == "spec_error":  # the module named by MODULE:FACTORY could not be imported in the worker
+            self._kill()
+            raise self._failed(payload)
         if kind == "build_error":
             self._kill()
             raise self._failed(f"{name} raised while building ({self.what}, {len(self.chunks)} chunks): {payload}")
@@ -227,9 +232,9 @@ class IsolatedBuild:
             if remaining <= 0 or not conn.poll(remaining):
                 raise TimeoutError
             try:
-                kind, payload = conn.recv()
-            except (OSError, ValueError, TypeError, AttributeError, ImportError):  # a torn or foreign message
-                raise EOFError from None
+                kind, payload = loads_plain(conn.recv_bytes())  # builtins only: no class of the retriever's runs here
+            except (OSError, ValueError, TypeError, AttributeError, ImportError, pickle.UnpicklingError):
+                raise EOFError from None  # a torn or foreign message
             if kind != "progress":
                 return kind, payload
             deadline = time.monotonic() + timeout

@@ -49,7 +49,7 @@ from functools import partial
 from pathlib import Path
 
 from labsrc.audit.gate_files import as_gate_config, gate_from_files
-from labsrc.audit.plugin import load_factory
+from labsrc.audit.plugin import worker_factory
 from labsrc.errors import LabError
 from labsrc.evaluation.subject import Factory
 from labsrc.gate.config import GateConfig
@@ -110,7 +110,7 @@ class GateSuite:
 
     def __init__(self, chunks: str, callers: str, cases: str, retriever: str | Factory,
                  vectors: str | None, config: GateConfig, *,
-                 load: Callable[[str], Factory] = partial(load_factory, option=OPTION)) -> None:
+                 load: Callable[[str], Factory] = partial(worker_factory, option=OPTION)) -> None:
         self.chunks, self.callers, self.cases, self.load = chunks, callers, cases, load
         self.retriever, self.vectors, self.config = retriever, vectors, config
         self._run: GateRun | None = None
@@ -165,7 +165,7 @@ def gate_tests(
         gate_config, problem = GateConfig(), _message(exc)
     suite = GateSuite(_resolve(chunks, folder) or "", _resolve(callers, folder) or "", _resolve(cases, folder) or "",
                       _resolve_spec(retriever, folder), _resolve(vectors, folder), gate_config,
-                      load=partial(load_factory, option=OPTION, folders=module_folders(folder)))
+                      load=partial(worker_factory, option=OPTION, folders=module_folders(folder)))
     gates = expected_gates(gate_config)
     reasons = dict(gates)
 
