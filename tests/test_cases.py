@@ -29,7 +29,7 @@ def test_lesson_cases_cover_every_kind_its_chunks_allow() -> None:
     cases = load_cases(LESSON_CASES, chunk_ids=CHUNK_IDS, caller_ids=CALLER_IDS)
     # The lesson's five chunks are all in force by 2026-05-27, so none can be not yet effective
     # (fixtures/policies has that case: us-holiday-returns-2026).
-    assert sorted({c.kind for c in cases}) == sorted(set(CASE_KINDS) - {"not_yet_effective"})
+    assert sorted({c.kind for c in cases}) == sorted(set(CASE_KINDS) - {"not_yet_effective", "permitted_only"})
     positives = [c for c in cases if c.kind == "positive"]
     assert [c.name for c in positives] == ["exact-code", "paraphrase", "shared-language"]
     assert all(c.expected == ("eu-refurb-v2-rule",) for c in positives)
@@ -144,7 +144,7 @@ def test_missing_file_is_an_invalid_record(tmp_path: Path) -> None:
 
 
 def test_case_kinds_are_the_documented_ones() -> None:
-    assert CASE_KINDS == ("positive", "restricted", "superseded", "not_yet_effective", "wrong_region", "absent")
+    assert CASE_KINDS == ("positive", "restricted", "superseded", "not_yet_effective", "wrong_region", "absent", "permitted_only")
     assert set(NEGATIVE_KINDS) < set(CASE_KINDS) and "absent" not in NEGATIVE_KINDS
 
 

@@ -166,7 +166,7 @@ def test_step_1_refuses_what_load_cases_refuses_with_the_same_message(corpus, tm
     problems = check_positive_cases(cases, chunks, callers, EVAL_DATE, minimum=1).problems
     assert (
         "case 'capital' (#1), field 'kind': 'Positive' is not a case kind; valid kinds are "
-        "['positive', 'restricted', 'superseded', 'not_yet_effective', 'wrong_region', 'absent'] "
+        "['positive', 'restricted', 'superseded', 'not_yet_effective', 'wrong_region', 'absent', 'permitted_only'] "
         "(kinds are lower-case: 'positive'); "
         "load_cases would refuse it"
     ) in problems

@@ -15,6 +15,10 @@ A case is evidence only if it tests what its kind says:
 * an **absent** case may forbid any stored chunk, permitted ones included: they
   are the chunks that must not come back as evidence for a question nothing
   answers;
+* a **permitted_only** case names no chunk (the case format refuses ``expected``
+  and ``forbidden`` on it): what it states, that the answer equals a build over
+  the caller's permitted chunks only, holds for every sound retriever, so only
+  its caller and query can be wrong;
 * every case names a known caller and stored chunks, and its query is not blank.
 
 :func:`case_problems` lists what is wrong with one case, each problem naming the

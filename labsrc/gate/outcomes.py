@@ -22,7 +22,7 @@ from labsrc.evaluation.metrics import recall_at_k
 from labsrc.gate.noninterference import Comparison, Violation, boundary_violations
 from labsrc.evaluation.subject import Observation, Request, Subject, observe_request, subject_versions
 from labsrc.ranking import check_top_k
-from labsrc.records.cases import NEGATIVE_KINDS, Case
+from labsrc.records.cases import NEGATIVE_KINDS, PERMITTED_ONLY, Case
 from labsrc.records.policy import Caller, PolicyChunk, chunk_lookup
 from labsrc.retriever.policy import PolicyRetriever
 from labsrc.trace import RetrievalTrace
@@ -95,12 +95,15 @@ class CaseOutcome:
     @property
     def passed(self) -> bool:
         """This case's own check: positive → all expected ids fused in the top k;
-        restricted/superseded/not_yet_effective/wrong_region → nothing leaked; absent → nothing forbidden returned.
+        restricted/superseded/not_yet_effective/wrong_region → nothing leaked; absent → nothing forbidden returned;
+        permitted_only → nothing beyond what every kind is held to (it names no id).
         Every kind also fails on a search error, a returned hidden id, or a rebuild, bait or concurrency difference."""
         if self.error or self.violations:
             return False
         if any(c is not None and c.differs for c in (self.rebuild, self.bait, self.concurrency)):
             return False
+        if self.case.kind == PERMITTED_ONLY:  # the comparisons above are its check
+            return True
         if self.case.kind == "positive":
             return self.recall("hybrid") == 1.0
         if self.case.kind in NEGATIVE_KINDS:

@@ -11,8 +11,13 @@ requires in ``expected``; the negative kinds (``restricted``, ``superseded``,
 never reach any lane, each kind named by why the boundary hides them: an ACL tag
 the caller lacks, a version that has ended, one that has not started yet, another region.
 An ``absent`` case is a question nothing permitted answers: it expects nothing,
-and its optional ``forbidden`` ids must not be returned as evidence. ``on_date``
-(ISO) overrides the evaluation date; ``notes`` is free text for reviewers.
+and its optional ``forbidden`` ids must not be returned as evidence. A
+``permitted_only`` case names no id at all: it states that the answer to its
+request must equal what a build over the caller's permitted chunks only returns
+(ids, order and scores), so it holds any sound retriever, whatever its ranking,
+and fails one whose answer depends on chunks the caller may not see; the gate's
+rebuild, bait and boundary gates judge it. ``on_date`` (ISO) overrides the
+evaluation date; ``notes`` is free text for reviewers.
 """
 
 from __future__ import annotations
@@ -39,7 +44,10 @@ __all__ = [
     "padded_id_hint",
 ]
 
-CASE_KINDS = ("positive", "restricted", "superseded", "not_yet_effective", "wrong_region", "absent")
+#: The kind that names no chunk: the answer must equal a build over the caller's permitted chunks only.
+#: No recall, exclusion or abstention gate counts it; the rebuild, bait and boundary gates judge it.
+PERMITTED_ONLY = "permitted_only"
+CASE_KINDS = ("positive", "restricted", "superseded", "not_yet_effective", "wrong_region", "absent", PERMITTED_ONLY)
 NEGATIVE_KINDS = ("restricted", "superseded", "not_yet_effective", "wrong_region")
 
 
@@ -48,7 +56,8 @@ class Case:
     """One frozen question: who asks what, and which chunk ids must (not) come back.
 
     ``expected`` is what a positive case requires; ``forbidden`` is what the
-    negative kinds (and, optionally, an ``absent`` case) must never return.
+    negative kinds (and, optionally, an ``absent`` case) must never return. A
+    ``permitted_only`` case has neither: its answer must equal the permitted-only build's.
     """
 
     name: str
@@ -170,7 +179,15 @@ def case_format_problems(
         problems.append(("forbidden", "a positive case lists expected ids, not forbidden ones"))
     if case.kind in NEGATIVE_KINDS and not case.forbidden:
         problems.append(("forbidden", f"a {case.kind} case must list the chunk ids that must stay out"))
-    if case.kind in CASE_KINDS and case.kind != "positive" and case.expected:
+    if case.kind == PERMITTED_ONLY:
+        # It expects the permitted-only build's answer, whatever that is: an id named here would pin one ranking.
+        for field in ("expected", "forbidden"):
+            if getattr(case, field):
+                problems.append((field, f"a {PERMITTED_ONLY} case names no chunk ids, got {list(getattr(case, field))}: "
+                                        "its answer must equal a build over the caller's permitted chunks only; "
+                                        "drop the field, or make it a positive case (expected) or a safety case "
+                                        "(forbidden)"))
+    elif case.kind in CASE_KINDS and case.kind != "positive" and case.expected:
         problems.append(("expected", f"a {case.kind} case expects no evidence; use 'forbidden'"))
     for field in ("expected", "forbidden"):
         ids = getattr(case, field)
