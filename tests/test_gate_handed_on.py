@@ -34,6 +34,7 @@ from labsrc.evaluation.plain import (
     plain_trace,
 )
 from labsrc.evaluation.subject import Observation
+from labsrc.gate import reaping
 from labsrc.gate.noninterference import compare_observations, marked_fields, payload_diffs
 from labsrc.records.policy import PolicyChunk
 
@@ -191,44 +192,65 @@ import os, subprocess, sys
 print("PASS  no process outlives its build")
 print("all gates pass")
 sys.stdout.flush()
-with open({pids!r}, "a") as out:
-    out.write(f"importer {{os.getpid()}}\\n")
-helper = subprocess.Popen([sys.executable, "-c", "import os, time; open({pids!r}, 'a').write(f'helper {{os.getpid()}}\\\\n'); time.sleep(120)"],
-                          start_new_session=True)
-import time; time.sleep(0.5)  # the helper has written its pid
+with open({pids!r}, "a") as out:  # a worker carries the gate's token in its environment; the gate does not
+    out.write(f"importer {{os.environ.get({token!r}, 'none')}}\\n")
+subprocess.Popen([sys.executable, "-c", "#{marker}\\nimport time; time.sleep(120)"], start_new_session=True)
 sys.path.insert(0, {outside!r})
 from handed_on_retrievers import own_text as build
 '''
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and ") Z " in stat.read_text())
+def _running(marker: str) -> list[int]:
+    """Processes whose command line holds ``marker`` (found through /proc, whatever PID namespace started them)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if marker.encode() in cmdline and ") Z " not in stat:
+                found.append(int(entry.name))
+    return found
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the helper is found through /proc (Linux)")
 def test_a_module_that_prints_and_starts_a_helper_at_import_is_contained_and_named(hangar, tmp_path) -> None:
     pids = tmp_path / "pids.txt"
+    marker = f"helper{os.getpid()}x{time.monotonic_ns() % 10**6}"  # short: findings cut long command lines
     module = tmp_path / "noisy_module.py"
-    module.write_text(_IMPORT_TIME.format(pids=str(pids), outside=str(RETRIEVERS.parent)))
+    module.write_text(_IMPORT_TIME.format(pids=str(pids), outside=str(RETRIEVERS.parent), marker=marker,
+                                          token=reaping.TOKEN_VARIABLE))
     argv = [sys.executable, "-m", "labsrc.cli", "gate", "--chunks", str(hangar["chunks.jsonl"]),
             "--callers", str(hangar["callers.json"]), "--cases", str(hangar["cases.jsonl"]),
-            "--config", str(hangar["gate.json"]), "--no-progress",
-            "--retriever", f"{module}:build"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = proc.communicate(timeout=300)
+            "--config", str(hangar["gate.json"]), "--no-progress", "--retriever", f"{module}:build"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    out, err = proc.stdout, proc.stderr
     assert proc.returncode == 1 and "Traceback" not in out + err, (out, err)
     assert out.splitlines()[0].startswith("Release gate")  # the module's print is not the gate's first line
     verdicts = out.split("retriever output")[0]
     assert "all gates pass" not in verdicts and "all gates pass" in out  # shown, but under its own header
     assert status(verdicts, "no process outlives its build") == "FAIL"
-    lines = [line.split() for line in pids.read_text().splitlines()]
-    importers = {int(pid) for kind, pid in lines if kind == "importer"}
-    helpers = [int(pid) for kind, pid in lines if kind == "helper"]
-    assert importers and proc.pid not in importers  # imported in workers only, never in the gate's process
-    assert helpers and not any(_alive(pid) for pid in helpers)
-    assert f"pid {helpers[0]} " in out  # each helper named in the finding
+    importers = [line.split()[1] for line in pids.read_text().splitlines()]
+    assert importers and "none" not in importers  # imported in the workers only, never in the gate's process
+    assert _running(marker) == []  # every helper the imports started is gone
+    assert marker in verdicts, verdicts  # and each is named in the finding
+
+
+# --- a new check is the plan's and the judge's: the gate list is the rules' own ----------------------
+
+
+def test_every_gate_a_run_gives_is_in_the_rules_list_in_its_order() -> None:
+    import labsrc
+    from labsrc.gate.gate_rules import gate_names
+    from labsrc.testing.gate_items import ALL_GATES, expected_gates
+
+    data = labsrc.lesson()
+    config = labsrc.GateConfig(top_k=2, on_date=data.eval_date, repetitions=1, warmup=0, probe_budget=20)
+    run = labsrc.gate_retriever(labsrc.PolicyRetriever, data.chunks, data.callers, data.cases, data.vectors, config)
+    listed = [name for name, _ in gate_names(config)]
+    given = [gate.name for gate in run.gates]
+    assert given == [name for name in listed if name in given]  # every gate listed, in the listed order
+    assert set(listed) - set(given) <= {"search errors"}  # only a gate that needs a raised search is absent
+    assert expected_gates(config) == (*gate_names(config), (ALL_GATES, None))  # the pytest items follow

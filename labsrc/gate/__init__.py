@@ -37,6 +37,7 @@ from labsrc.gate.config import (
     MAX_CONCURRENCY,
     MAX_REPETITIONS,
 )
+from labsrc.gate.gate_rules import gate_names
 from labsrc.gate.gates import (
     CaseOutcome,
     evaluate_gates,
@@ -136,6 +137,7 @@ __all__ = [
     "DEFAULT_CONCURRENCY",
     "DEFAULT_SEARCH_TIMEOUT_S",
     "evaluate_gates",
+    "gate_names",
     "gate_retriever",
     "GATE_TABLE",
     "GateConfig",

@@ -32,7 +32,7 @@ from labsrc.gate.probes import Probes
 from labsrc.gate.verdicts import GateResult, not_tested, plural
 from labsrc.records.cases import NEGATIVE_KINDS
 
-__all__ = ["GATE_TABLE", "evaluate_gates"]
+__all__ = ["GATE_TABLE", "evaluate_gates", "gate_names"]
 
 GATE_TABLE: Mapping[str, tuple[str, str]] = MappingProxyType(
     {
@@ -191,6 +191,41 @@ def _comparison_gate(outcomes: Sequence[CaseOutcome], kind: str, mode: str,
         detail += f"; {plural(generated_compared, 'generated request')}: {len(generated)} differ"
     return GateResult(name, not differing and not generated, detail, tuple(o.case.name for o, _ in differing),
                       family=kind, findings=findings)
+
+
+#: The gates that need builds of their own (a factory's run), in the table's order.
+_NONINTERFERENCE_GATES = (
+    "factory indexes what it is handed",
+    "repeatable builds",
+    "noninterference by rebuild",
+    "noninterference by bait",
+)
+
+
+def gate_names(config: GateConfig) -> tuple[tuple[str, str | None], ...]:
+    """Every gate :func:`evaluate_gates` can give a factory's run under ``config``, in its order.
+
+    Each comes with ``None``, or the setting that turns it off. The one list of gates, next to the
+    rules that make them: a new gate is added here and in :func:`evaluate_gates`, and every report
+    and pytest item (:mod:`labsrc.testing.gate_items`) follows from the verdicts. ``search errors``
+    is listed, though a run holds it only when a search raised.
+    """
+    k = config.top_k
+    gates: list[tuple[str, str | None]] = [(f"recall@{k} {lane}", None) for lane in LANES]
+    if config.hybrid_rule == "off":
+        gates.append(("hybrid vs each lane", "hybrid_rule is 'off' in the gate config"))
+    else:
+        gates.append((f"hybrid {'>' if config.hybrid_rule == 'strict' else '>='} each lane", None))
+    gates += [(f"{kind} exclusion", None) for kind in NEGATIVE_KINDS]
+    gates += [("abstention", None), ("boundary on every returned id", None)]
+    off = "noninterference is 'off' in the gate config" if config.noninterference == "off" else None
+    gates += [(name, off) for name in _NONINTERFERENCE_GATES]
+    gates.append(("same answers under concurrent requests",
+                  None if config.concurrency else "concurrency is 0 in the gate config"))
+    gates.append(("generated probes", None if config.probe_budget else "probe_budget is 0 in the gate config"))
+    gates.append(("no process outlives its build", None))
+    gates += [("search errors", None), ("latency p50/p95", None)]
+    return tuple(gates)
 
 
 def evaluate_gates(

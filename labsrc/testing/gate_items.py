@@ -21,9 +21,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from labsrc.gate.config import LANES, GateConfig
+from labsrc.gate.config import GateConfig
+from labsrc.gate.gate_rules import gate_names
 from labsrc.gate.gates import GateRun
-from labsrc.records.cases import NEGATIVE_KINDS
 
 __all__ = [
     "ALL_GATES",
@@ -44,14 +44,6 @@ ALL_GATES = "all gates"
 
 #: Present in a run only when a search raised; its item passes when none did.
 SEARCH_ERRORS = "search errors"
-
-_NONINTERFERENCE_GATES = (
-    "factory indexes what it is handed",
-    "repeatable builds",
-    "noninterference by rebuild",
-    "noninterference by bait",
-)
-
 
 @dataclass(frozen=True)
 class ItemOutcome:
@@ -74,26 +66,11 @@ def gate_id(name: str) -> str:
 def expected_gates(config: GateConfig) -> tuple[tuple[str, str | None], ...]:
     """Every gate a factory's run under ``config`` reports, in the printed table's order, then :data:`ALL_GATES`.
 
-    Each comes with ``None``, or the reason the config turns it off (the
-    item is then skipped). :data:`SEARCH_ERRORS` is always listed: the run holds
-    it only when a search raised.
+    Each comes with ``None``, or the reason the config turns it off (the item is then skipped).
+    The list is the gate rules' own (:func:`~labsrc.gate.gate_rules.gate_names`): a new gate needs no
+    edit here. :data:`SEARCH_ERRORS` is always listed: the run holds it only when a search raised.
     """
-    k = config.top_k
-    gates: list[tuple[str, str | None]] = [(f"recall@{k} {lane}", None) for lane in LANES]
-    if config.hybrid_rule == "off":
-        gates.append(("hybrid vs each lane", "hybrid_rule is 'off' in the gate config"))
-    else:
-        gates.append((f"hybrid {'>' if config.hybrid_rule == 'strict' else '>='} each lane", None))
-    gates += [(f"{kind} exclusion", None) for kind in NEGATIVE_KINDS]
-    gates += [("abstention", None), ("boundary on every returned id", None)]
-    off = "noninterference is 'off' in the gate config" if config.noninterference == "off" else None
-    gates += [(name, off) for name in _NONINTERFERENCE_GATES]
-    gates.append(("same answers under concurrent requests",
-                  None if config.concurrency else "concurrency is 0 in the gate config"))
-    gates.append(("generated probes", None if config.probe_budget else "probe_budget is 0 in the gate config"))
-    gates.append(("no process outlives its build", None))
-    gates += [(SEARCH_ERRORS, None), ("latency p50/p95", None), (ALL_GATES, None)]
-    return tuple(gates)
+    return (*gate_names(config), (ALL_GATES, None))
 
 
 def _failing(gate_detail: str, failing_cases: tuple[str, ...], failing_stages: tuple[str, ...]) -> str:
