@@ -303,14 +303,15 @@ def _refuse_container(out: Any) -> None:
 Payload = tuple[tuple[str, PlainValue], ...]
 
 
-def read_answer(out: Any, top_k: int) -> tuple[tuple[tuple[str, float], ...], tuple[Payload, ...]]:
+def read_answer(out: Any, top_k: int, *, payload: bool = True) -> tuple[tuple[tuple[str, float], ...],
+                                                                       tuple[Payload, ...]]:
     """Read a fused-list answer: ``(pairs, payloads)``, each payload aligned with its pair.
 
     Any accepted shape, unique ids, finite scores, at most top_k. Linear and bounded: at most
     ``top_k + 1`` items are read, so an endless iterator or a million results cost no more than a
     legal answer, and repeated ids are found with a set of plain ``str``. A shape the gate cannot
     read raises :class:`ShapeError`; a bad value (a non-finite score, a repeated id, too many, a
-    field that is not plain data) a plain ``TypeError``.
+    field that is not plain data) a plain ``TypeError``. ``payload=False`` leaves the payloads empty.
     """
     _refuse_container(out)
     pairs: list[tuple[str, float]] = []
@@ -327,7 +328,8 @@ def read_answer(out: Any, top_k: int) -> tuple[tuple[tuple[str, float], ...], tu
             raise TypeError(f"search returned the same chunk more than once: {chunk_id!r} again at rank {rank}")
         seen.add(chunk_id)
         pairs.append((chunk_id, score))
-        payloads.append(() if source is None else payload_fields(source, rank, skip=skip))
+        if payload:
+            payloads.append(() if source is None else payload_fields(source, rank, skip=skip))
     return tuple(pairs), tuple(payloads)
 
 

@@ -278,10 +278,12 @@ def _accepts_query_kind(search: Callable[..., Any]) -> bool:
 
 
 def observe(
-    subject: Subject, query: str, caller: Caller, on_date: dt.date, top_k: int, *, query_kind: str = "adhoc"
+    subject: Subject, query: str, caller: Caller, on_date: dt.date, top_k: int, *, query_kind: str = "adhoc",
+    payload: bool = True,
 ) -> Observation:
     """Call ``subject.search`` once (awaiting it when it is async) and record what it showed.
 
+    ``payload=False`` reads ids and scores only (a request as deep as the corpus is read for its ids).
     Whatever the subject raises becomes the observation's ``error`` (the case fails, the run goes on),
     except a :class:`~labsrc.errors.LabError`: the lab's own refusal of bad input stops the run. An answer
     of a shape the gate cannot read sets ``contract`` as well as ``error`` (see :class:`Observation`).
@@ -293,9 +295,9 @@ def observe(
         out = call_search(search, query, caller, on_date, top_k, **kwargs)
         elapsed = (time.perf_counter() - start) * 1000.0
         if isinstance(out, RetrievalResult):
-            return _observe_result(out, top_k)
-        pairs, payload = read_answer(out, top_k)
-        return Observation({"hybrid": pairs}, None, {"request": elapsed}, payload=payload)
+            return _observe_result(out, top_k, payload)
+        pairs, fields = read_answer(out, top_k, payload=payload)
+        return Observation({"hybrid": pairs}, None, {"request": elapsed}, payload=fields)
     except ShapeError as exc:  # error reads as every other broken answer did ("TypeError: ..."); contract alone
         return Observation({"hybrid": ()}, None, {}, error=f"TypeError: {exc}", contract=str(exc))
     except (KeyboardInterrupt, SystemExit, LabError):
@@ -325,11 +327,12 @@ def _lane_pairs(lane: str, pairs: Any, top_k: int) -> tuple[tuple[str, float], .
     return tuple(out)
 
 
-def _observe_result(out: RetrievalResult, top_k: int) -> Observation:
+def _observe_result(out: RetrievalResult, top_k: int, with_payload: bool = True) -> Observation:
     """A ``RetrievalResult`` reduced to plain data (:mod:`~labsrc.evaluation.plain`), here, on the search's clock."""
     lanes = {"bm25": _lane_pairs("bm25", out.sparse, top_k), "dense": _lane_pairs("dense", out.dense, top_k),
              "hybrid": _lane_pairs("fused", out.fused, top_k)}
-    payload = tuple(payload_fields(chunk, rank) for rank, (chunk, _) in enumerate(out.fused, start=1))
+    payload = tuple(payload_fields(chunk, rank) for rank, (chunk, _) in enumerate(out.fused, start=1)
+                    ) if with_payload else ()
     trace = plain_trace(out.trace.to_dict(include_timings=False))
     return Observation(lanes, trace, plain_timings(out.trace.timings_ms, "trace timings_ms"), payload=payload)
 
@@ -343,11 +346,13 @@ class Request:
     on_date: dt.date
     top_k: int
     query_kind: str = "adhoc"
+    payload: bool = True  # False: only ids and scores are read (a request as deep as the corpus)
 
 
 def observe_request(subject: Subject, request: Request) -> Observation:
     """:func:`observe` for a :class:`Request`."""
-    return observe(subject, request.query, request.caller, request.on_date, request.top_k, query_kind=request.query_kind)
+    return observe(subject, request.query, request.caller, request.on_date, request.top_k, query_kind=request.query_kind,
+                   payload=request.payload)
 
 
 def settle_contract(ask: Callable[[Request], Observation], label: str) -> Callable[[Request], Observation]:

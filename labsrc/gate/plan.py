@@ -221,15 +221,17 @@ def case_groups(cases: Sequence[Case], on_date: dt.date) -> dict[tuple[str, dt.d
     return groups
 
 
-def _request(case: Case, callers: Mapping[str, Caller], on_date: dt.date, top_k: int) -> Request:
-    return Request(case.query, callers[case.caller], case.on_date or on_date, top_k, case.kind)
+def _request(case: Case, callers: Mapping[str, Caller], on_date: dt.date, top_k: int, *,
+             payload: bool = True) -> Request:
+    """The case's request; ``payload=False`` for a request as deep as the corpus, read for its ids alone."""
+    return Request(case.query, callers[case.caller], case.on_date or on_date, top_k, case.kind, payload=payload)
 
 
 def _main(cases: Sequence[Case], callers: Mapping[str, Caller], on_date: dt.date, config: GateConfig, depth: int,
           top: Sequence[Request], measure: bool, rebuilds: bool, generated: ProbePlan | None) -> tuple[Phase, ...]:
     phases = [Phase("cases", "in turn", tuple(a for i, case in enumerate(cases) for a in (
         Ask(f"case {i}", top[i], "cases", i, counts=False),
-        Ask(f"case {i} deep", _request(case, callers, on_date, depth), "cases", i, after=f"case {i}"),
+        Ask(f"case {i} deep", _request(case, callers, on_date, depth, payload=False), "cases", i, after=f"case {i}"),
     )), "every case at top_k, and as deep as the corpus so that a hidden id below top_k still counts",
         progress="cases")]
     if measure:
@@ -264,7 +266,8 @@ def _canary(stored: tuple[PolicyChunk, ...], cases: Sequence[Case], callers: Map
     canary = canary_chunk(caller, day, {c.chunk_id for c in stored})
     depth = max(config.top_k, len(stored))
     order = sorted(range(len(cases)), key=lambda i: (cases[i].kind != "positive", i))
-    withhold = Withhold(tuple((f"case {i}", i, _request(cases[i], callers, on_date, depth)) for i in order))
+    withhold = Withhold(tuple((f"case {i}", i, _request(cases[i], callers, on_date, depth, payload=False))
+                              for i in order))
     asks = (Ask(CANARY_CODE, Request(canary.text, caller, day, config.top_k, "positive"), "canary"),
             Ask(CANARY_WITHHELD, None, "canary", after=CANARY_CODE))
     return BuildStep(
