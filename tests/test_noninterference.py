@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import labsrc
+from labsrc.gate import reaping
 from labsrc.boundary import block_reasons
 from labsrc.gate.bait import BAIT_REASONS, BaitVectors, bait_chunks, bait_marker, bait_markers, bait_query, bait_text
 from labsrc.gate.noninterference import boundary_violations, compare_observations
@@ -186,7 +187,9 @@ def test_every_build_is_closed_in_its_own_worker_process(data: labsrc.Lesson, tm
     class Closing(labsrc.PolicyRetriever):
         def close(self):
             with log.open("a") as f:
-                f.write(f"{os.getpid()} {len(self.chunks)}\n")
+                # A build may run in a PID namespace of its own (every one then sees itself as pid 2): the
+                # worker's token, which names the worker's pid as the gate sees it, tells two builds apart.
+                f.write(f"{os.environ.get(reaping.TOKEN_VARIABLE, 'the-gate')} {len(self.chunks)}\n")
 
     run = labsrc.gate_retriever(Closing, data.chunks, data.callers, data.cases, data.vectors,
                                 labsrc.GateConfig(top_k=2), on_date=data.eval_date, measure=False)
@@ -195,7 +198,7 @@ def test_every_build_is_closed_in_its_own_worker_process(data: labsrc.Lesson, tm
     # The full build, its repeat, the canary build, then a rebuild and a bait build per group.
     assert len(closed) == run.probes.builds == 3 + 2 * len(groups)
     pids = {line.split()[0] for line in closed}
-    assert len(pids) == len(closed) and str(os.getpid()) not in pids  # one process per build, never the gate's
+    assert len(pids) == len(closed) and "the-gate" not in pids  # one process per build, never the gate's
 
 
 @pytest.mark.parametrize("mode", ["nope", 1, None])

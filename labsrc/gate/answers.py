@@ -24,7 +24,7 @@ class Answers:
     gave no answers; ``skipped`` a build not made to the rule that kept it; ``withheld``
     a build to ``(case position, chunk id)`` it left out. ``info``, ``versions`` and
     ``restarts`` are the main build's; ``leftovers`` (``None`` without ``/proc``) and
-    ``output`` what every build left running and printed.
+    ``output`` what every build left running and printed; ``containment`` what held their processes.
     """
 
     made: list[str] = field(default_factory=list)
@@ -38,6 +38,7 @@ class Answers:
     restarts: int = 0
     leftovers: tuple[str, ...] | None = ()
     output: tuple[tuple[str, str], ...] = ()
+    containment: str | None = None
 
     @property
     def builds(self) -> int:

@@ -272,7 +272,7 @@ def judge(plan: GatePlan, answers: Answers) -> GateRun:
         probes = Probes(canary=canary, repeat=repeat, concurrency=concurrency, builds=answers.builds,
                         restarts=answers.restarts, noninterference=config.noninterference != "off",
                         generated=_generated(plan, answers, stored, canary, repeat, mode),
-                        leftovers=answers.leftovers, output=answers.output)
+                        leftovers=answers.leftovers, output=answers.output, containment=answers.containment)
     gates = evaluate_gates(outcomes, config, answers.latency, probes, timed=plan.measure)
     return GateRun(config=config, on_date=plan.on_date, outcomes=tuple(outcomes), gates=tuple(gates),
                    recall=lane_recall(outcomes, config.top_k), versions=answers.versions, dense_model=dense_model,

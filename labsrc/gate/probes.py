@@ -282,7 +282,8 @@ class Probes:
     ``canary`` is ``None`` when no case's caller holds a tag (no permitted canary can be made) or
     noninterference is off; ``generated`` holds what the generated probes found; ``leftovers`` the
     processes builds left running (the gate killed them; ``None`` where they cannot be found, without
-    ``/proc``), ``output`` what each build printed (never mixed into the verdict lines); ``builds`` counts the builds the run made (each in its own worker
+    ``/proc``), ``containment`` what held them (:func:`~labsrc.gate.containment.containment_kind`),
+    ``output`` what each build printed (never mixed into the verdict lines); ``builds`` counts the builds the run made (each in its own worker
     process) and ``restarts`` the builds made again after a search timed out.
     """
 
@@ -295,6 +296,7 @@ class Probes:
     generated: GeneratedCheck | None = None
     leftovers: tuple[str, ...] | None = ()
     output: tuple[tuple[str, str], ...] = ()
+    containment: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -305,5 +307,6 @@ class Probes:
             "builds": self.builds,
             "restarts": self.restarts,
             "leftovers": None if self.leftovers is None else list(self.leftovers),
+            "containment": self.containment,
             "printed": [what for what, _ in self.output],
         }

@@ -16,6 +16,12 @@ a crash) left its orphans to init: they are found by the token every worker puts
 in its environment (:data:`~labsrc.gate.procfs.TOKEN_VARIABLE`), which every
 program it starts inherits unless it is given an environment of its own.
 
+Helpers that do not play along escape both (``clone(CLONE_PARENT)``, or
+``prctl(PR_SET_CHILD_SUBREAPER, 0)`` and a double fork with a cleared
+environment): where the kernel allows it the factory runs in a PID namespace of
+its build's own, which no process leaves (:mod:`~labsrc.gate.containment`), and
+these two are the fallback.
+
 A factory can also stop the gate itself: ``os.kill(os.getppid(), signal.SIGSTOP)``
 stops its parent for good, since nothing else would ever resume it. While builds
 are alive a watchdog process (:class:`_Watchdog`, running
@@ -40,9 +46,9 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from labsrc.gate import procfs
+from labsrc.gate import containment, procfs
 from labsrc.gate.procfs import TOKEN_VARIABLE
 
 if TYPE_CHECKING:
@@ -52,6 +58,7 @@ __all__ = [
     "SUPPORTED",
     "TOKEN_VARIABLE",
     "WATCHDOG",
+    "Contained",
     "contain",
     "flush_c_streams",
     "keep_watchdog",
@@ -155,7 +162,15 @@ def protect_worker(gate_pid: int) -> bool:
 
 # -- the gate's side: containment --------------------------------------------------------------------------------
 
-def contain(worker: int, token: str | None = None, timeout: float = CONTAIN_TIMEOUT_S) -> tuple[str, ...]:
+class Contained(NamedTuple):
+    """What :func:`contain` found: the escapees, named, and the wait status of a namespace's factory process."""
+
+    escapees: tuple[str, ...]
+    status: int | None = None  # None: it was alive, or there is no namespace (the worker is the caller's to reap)
+
+
+def contain(worker: int, token: str | None = None, timeout: float = CONTAIN_TIMEOUT_S,
+            namespace: bool = False) -> Contained:
     """Freeze, find and kill every process ``worker`` (a child of ours) started; the escapees, named.
 
     The worker's group is stopped first, then the worker's descendants, round
@@ -170,13 +185,22 @@ def contain(worker: int, token: str | None = None, timeout: float = CONTAIN_TIME
 
     A worker that already ended left its orphans to init; then the processes
     whose environment holds ``token`` are taken instead (with their descendants).
+
+    With ``namespace``, the PID namespace the worker made is all in its tree
+    (:mod:`~labsrc.gate.containment`): the build's own group is then the
+    factory process's, neither it nor the init is an escapee, an escapee is
+    named by its pid inside (the number the retriever's code knew), and the
+    namespace is ended with its init, the factory process's status read first.
     """
+    layout = containment.namespace_of(worker) if namespace else None
+    group = worker if layout is None or layout.first is None else layout.first  # the build's own process group
+    quiet = set() if layout is None else {layout.init, group}  # never named: the init, the factory's process
     if not procfs.send(worker, signal.SIGSTOP, group=True):
         procfs.send(worker, signal.SIGSTOP)
     procfs.wait_for({worker}, "Tt", _deadline(timeout))
     alive = procfs.state(worker) not in "ZX"
     stopped: set[int] = set()
-    escapees: dict[int, str] = {}
+    escapees: dict[int, tuple[int, str]] = {}  # pid -> (its number where the retriever started it, its name)
     deadline = _deadline(timeout)
     for _ in range(1000):  # every round stops all it found, so the tree cannot keep growing
         if alive:
@@ -190,15 +214,19 @@ def contain(worker: int, token: str | None = None, timeout: float = CONTAIN_TIME
             break
         for pid in sorted(new):
             procfs.send(pid, signal.SIGSTOP)
-            # A helper that already ended is a zombie of the subreaper's until the worker dies: not a leftover.
-            if table.get(pid, (0, worker))[1] != worker and procfs.state(pid) not in "ZX":
-                escapees[pid] = procfs.describe(pid)
+            # A helper that already ended is a zombie (of the subreaper's, the init's) until it dies: not a leftover.
+            if table.get(pid, (0, group))[1] != group and pid not in quiet and procfs.state(pid) not in "ZX":
+                local = pid if layout is None else layout.local(pid)
+                escapees[pid] = (local, f"pid {local}" + procfs.describe(pid)[len(f"pid {pid}"):])
         stopped |= new
         procfs.wait_for(new, "Tt", deadline)
+    named = tuple(name for _, name in sorted(escapees.values()))
+    if layout is not None:
+        return Contained(named, containment.end_namespace(layout, worker, stopped, timeout))
     for pid in sorted(stopped):
         procfs.send(pid, signal.SIGKILL)
     procfs.wait_for(stopped, "", _deadline(timeout))
-    return tuple(escapees[pid] for pid in sorted(escapees))
+    return Contained(named)
 
 
 def _deadline(seconds: float) -> float:

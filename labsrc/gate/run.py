@@ -75,6 +75,14 @@ class Builder:
                 output.append((what, text))
         return (tuple(leftovers) if reaping.SUPPORTED else None), tuple(output)
 
+    def containment(self) -> str | None:
+        """What held the builds' processes (each build's ``containment``; the weakest when they differ)."""
+        kinds = {getattr(build, "containment", None) for _, build in self.made} - {None}
+        for kind in ("process-group", "subreaper", "pid-namespace"):
+            if kind in kinds:
+                return kind
+        return None
+
 
 class _Local:
     """A retriever already built, asked in this process: the plan's one build."""
@@ -108,6 +116,9 @@ class Prebuilt:
 
     def aftermath(self) -> tuple[tuple[str, ...] | None, tuple[tuple[str, str], ...]]:
         return (), ()
+
+    def containment(self) -> str | None:
+        return None  # asked in the calling process: nothing of its own to contain
 
 
 def _pick(withhold: Withhold, answers: Answers, stored: dict[str, PolicyChunk]) -> tuple[int, str, Request] | None:
@@ -240,4 +251,5 @@ def run_plan(plan: GatePlan, builder: Builder | Prebuilt, rules: Callable[[GateP
         if step.done is not None and progress is not None:
             progress(*step.done)
     answers.leftovers, answers.output = builder.aftermath()
+    answers.containment = builder.containment()
     return answers

@@ -5,7 +5,8 @@
 own, becomes a child subreaper that dies with the gate (Linux,
 :func:`~labsrc.gate.reaping.protect_worker`), ignores the terminal's Ctrl-C,
 points ``TMPDIR`` at a folder the gate removes, sends its stdout and stderr to
-the build's capture file, calls the factory, and serves ``search``,
+the build's capture file, enters a PID namespace of its own where it can (the
+factory then runs as the namespace's pid 2, :mod:`~labsrc.gate.containment`), calls the factory, and serves ``search``,
 ``concurrently``, ``versions`` and ``close`` requests until the pipe closes.
 Whatever user code raises, even ``SystemExit``, becomes the answer's error. It
 never ends by itself while the gate lives: it waits for the gate to stop and
@@ -217,14 +218,18 @@ def _await_end(conn: Connection) -> None:
 
 def run_worker(conn: Connection, parent_end: Connection, factory: Factory, chunks: tuple[PolicyChunk, ...],
                vectors: DenseSource | None, tmp: str, *, gate_pid: int | None = None, output_fd: int | None = None,
-               close_fds: Sequence[int] = (), token: str | None = None) -> None:
+               close_fds: Sequence[int] = (), token: str | None = None,
+               enter_namespace: Callable[[Connection], bool] | None = None) -> None:
     """The worker process's whole life; it always ends in ``os._exit`` (no atexit, no thread joins).
 
     ``gate_pid`` is the process that forked it (to die with it), ``output_fd``
     the build's capture file for stdout and stderr, ``close_fds`` the gate's
     descriptors no worker may hold (the watchdog's pipe, other builds' capture
     files), and ``token`` goes in the environment of everything it starts
-    (:data:`~labsrc.gate.reaping.TOKEN_VARIABLE`).
+    (:data:`~labsrc.gate.reaping.TOKEN_VARIABLE`). ``enter_namespace``
+    (:func:`~labsrc.gate.containment.enter_namespace`) is called last, before
+    any user code: where it makes a PID namespace, the factory runs as its pid 2
+    and this process only waits (:mod:`~labsrc.gate.containment`).
     """
     code = 0
     started = False
@@ -245,6 +250,8 @@ def run_worker(conn: Connection, parent_end: Connection, factory: Factory, chunk
         if token is not None:
             os.environ[reaping.TOKEN_VARIABLE] = token
         _capture_output(output_fd)
+        if enter_namespace is not None:
+            enter_namespace(conn)  # returns in the process that runs the factory, whichever that is
         started = True
         _serve(conn, factory, chunks, vectors)
     except BaseException as exc:

@@ -21,9 +21,10 @@ process, forked from the gate before any build ran there:
 * the worker runs in its own process group with its own temporary folder, and
   :meth:`IsolatedBuild.close` kills the group (threads the factory started,
   processes it spawned) and removes the folder: nothing is left behind;
-* on Linux the worker is a child subreaper that dies with the gate, so a process
-  the factory started in a session of its own or by a double fork stays in its
-  tree: when the build ends it is found, killed and named in
+* on Linux the factory runs in a PID namespace of its own where the machine
+  allows one (:mod:`~labsrc.gate.containment`), which no process it starts can
+  leave, and the worker is a child subreaper that dies with the gate: when the
+  build ends every process it started is found, killed and named in
   :attr:`IsolatedBuild.leftovers` (:mod:`~labsrc.gate.reaping`), and while a
   build is alive a watchdog resumes the gate if anything stops it;
 * what the retriever prints (fd 1 and 2, its child processes' too) goes to a
@@ -56,7 +57,7 @@ from typing import Any
 from labsrc import errors
 from labsrc.errors import LabError
 from labsrc.evaluation.plain import loads_plain
-from labsrc.gate import reaping
+from labsrc.gate import containment, reaping
 from labsrc.gate.capture import OUTPUT_LIMIT_BYTES, capture_file, read_capture
 from labsrc.gate.config import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_SEARCH_TIMEOUT_S, check_timeout
 from labsrc.evaluation.subject import Factory, Observation, Request, SubjectError, subject_name
@@ -108,7 +109,8 @@ class IsolatedBuild:
     the retriever printed to stdout and stderr (the last 64 KiB of each worker;
     each restart's part starts with a ``--- restart N ---`` line). A build that
     fails raises a :class:`~labsrc.evaluation.subject.SubjectError` carrying the
-    same two as its ``output`` and ``leftovers`` attributes.
+    same two as its ``output`` and ``leftovers`` attributes. :attr:`containment` names what held its
+    processes (:func:`~labsrc.gate.containment.containment_kind`: ``"pid-namespace"`` where it can).
     """
 
     def __init__(
@@ -160,6 +162,8 @@ class IsolatedBuild:
         self._tmp = tempfile.mkdtemp(prefix="labsrc-gate-")
         self._capture = capture_file()
         reaping.preload()
+        self.containment = containment.containment_kind()  # measured once per process, before any fork
+        enter = containment.enter_namespace if self.containment == "pid-namespace" else None
         gate = os.getpid()
         parent_end, child_end = Pipe(duplex=True)
         reaping.WATCHDOG.acquire()
@@ -182,7 +186,8 @@ class IsolatedBuild:
                 raise
         if pid == 0:  # the worker
             run_worker(child_end, parent_end, self.factory, self.chunks, self.vectors, self._tmp, gate_pid=gate,
-                       output_fd=self._capture, close_fds=private, token=reaping.worker_token(gate, os.getpid()))
+                       output_fd=self._capture, close_fds=private, token=reaping.worker_token(gate, os.getpid()),
+                       enter_namespace=enter)
         child_end.close()
         self._pid, self._conn = pid, parent_end
         try:
@@ -208,6 +213,8 @@ class IsolatedBuild:
         if kind == "build_error":
             self._kill()
             raise self._failed(f"{name} raised while building ({self.what}, {len(self.chunks)} chunks): {payload}")
+        if enter is not None and containment.namespace_of(pid) is None:
+            self.containment = "subreaper"  # the kernel refused this worker its namespace: it built as the subreaper
         self.info = payload
 
     def _failed(self, message: str) -> SubjectError:
@@ -251,10 +258,13 @@ class IsolatedBuild:
         if os.getpid() != self._owner:  # a fork of the gate (a worker, a user's child) holds a copy of this object
             return note
         pid, self._pid = self._pid, None
+        ended: int | None = None  # the wait status of the process that ran the factory, when it is not the worker
         if pid is not None:
             if reaping.SUPPORTED:
                 try:
-                    self.leftovers += reaping.contain(pid, reaping.worker_token(os.getpid(), pid))
+                    escapees, ended = reaping.contain(pid, reaping.worker_token(os.getpid(), pid),
+                                                      namespace=self.containment == "pid-namespace")
+                    self.leftovers += escapees
                 except OSError:  # /proc unreadable (hidepid): the group is still killed below
                     pass
             for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
@@ -269,6 +279,7 @@ class IsolatedBuild:
         if pid is not None:
             try:
                 _, status = os.waitpid(pid, 0)
+                status = status if ended is None else ended
                 if os.WIFEXITED(status) and os.WEXITSTATUS(status):
                     note = f" (exit status {os.WEXITSTATUS(status)})"
                 elif os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:

@@ -208,8 +208,13 @@ _LEFTOVER = re.compile(r"(staging|old)-(?:([0-9a-f]{8})-([0-9]{1,20})-)?[0-9a-f]
 
 
 def _host_tag() -> str:
-    """8 hex digits naming this machine: a pid means nothing on another host sharing the folder (NFS)."""
-    return hashlib.sha256(socket.gethostname().encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    """8 hex digits naming this machine and PID namespace: a pid means nothing on another host sharing the
+    folder (NFS), nor in another PID namespace (a gate's build has one of its own), where it is not visible."""
+    try:
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:  # no /proc (macOS): one namespace
+        namespace = ""
+    return hashlib.sha256(f"{socket.gethostname()}/{namespace}".encode("utf-8", "surrogateescape")).hexdigest()[:8]
 
 
 def _owner() -> str:
