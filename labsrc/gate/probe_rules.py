@@ -109,6 +109,15 @@ def concurrency_gate(outcomes: Sequence[CaseOutcome], probes: Probes) -> GateRes
                       findings=findings)
 
 
+#: How the leftovers gate names what held a run's processes (``Probes.containment``).
+_CONTAINMENT = {
+    "pid-namespace": " (each build in a PID namespace of its own, which no process can leave)",
+    "subreaper": (" (each build's worker a child subreaper, no PID namespace here: a process that leaves its "
+                  "tree and its token is not found)"),
+    "process-group": " (each build's process group only: no /proc here)",
+}
+
+
 def leftovers_gate(probes: Probes) -> GateResult:
     """Every process a build started ended with it; the gate kills what was left and names it here."""
     name = "no process outlives its build"
@@ -116,12 +125,12 @@ def leftovers_gate(probes: Probes) -> GateResult:
         return GateResult(name, True, "not tested: this platform has no /proc, so a process started in a new "
                           "session cannot be found (the worker's process group is still killed)",
                           family="cleanup", tested=False)
+    held = _CONTAINMENT.get(probes.containment or "", "")
     if not probes.leftovers:
-        return GateResult(name, True, f"{plural(probes.builds, 'build')}: every process the factory started "
+        return GateResult(name, True, f"{plural(probes.builds, 'build')}{held}: every process the factory started "
                           "ended with its build", family="cleanup")
     count = len(probes.leftovers)
-    detail = (f"the factory left {count} {'process' if count == 1 else 'processes'} running after its build ended (started "
-              "in a session of its own or by a double fork); the gate killed them: stop them in the retriever's "
-              "close()")
+    detail = (f"the factory left {count} {'process' if count == 1 else 'processes'} running after its build ended"
+              f"{held}; the gate killed them: stop them in the retriever's close()")
     return GateResult(name, False, detail, family="cleanup",
                       findings=tuple(f"the factory left a process running: {line}" for line in probes.leftovers))
