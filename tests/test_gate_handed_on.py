@@ -161,7 +161,8 @@ def test_metadata_counting_hidden_revisions_and_unfiltered_related_text_fail(han
     assert code == 1 and "field 'metadata.revisions' of 'lhr-wheel-r2' differs: 4 against 1" in out
     code, out, _ = gate(hangar, "related_reading")
     assert code == 1 and status(out, "noninterference by bait") == "FAIL"
-    assert "field 'related' of 'lhr-wheel-r2' carries 'bait-001-" in out
+    bait = out.split("noninterference by bait")[1].split("\nPASS")[0].split("\nFAIL")[0]
+    assert "field 'related' of 'lhr-wheel-r2' differs" in bait  # the bait won the unfiltered "see also"
 
 
 def test_own_text_and_per_answer_noise_pass_every_gate(hangar) -> None:

@@ -117,10 +117,10 @@ def test_one_bait_per_reason_each_blocked_for_exactly_that_reason(data: labsrc.L
     for chunk, reason in zip(bait, BAIT_REASONS):
         assert block_reasons(data.luna, chunk, DAY) == (reason,)  # Luna holds a tag: one reason each
         marker = bait_marker(chunk.chunk_id, "RPL-14 damaged laptop")
-        assert chunk.text == bait_text("RPL-14 damaged laptop", marker) == f"RPL-14 damaged laptop {marker}"
+        assert chunk.text == bait_text("RPL-14 damaged laptop") == "RPL-14 damaged laptop"  # the query, nothing else
         assert bait_query(chunk) == "RPL-14 damaged laptop" and bait_markers([chunk]) == {marker: chunk.chunk_id}
         assert marker.isalpha() and marker.islower() and marker.startswith("bait")
-    assert len({c.text for c in bait}) == 4  # one marker per chunk: text carrying it names its chunk
+    assert len(bait_markers(bait)) == 4  # one marker per chunk, in its metadata: a payload carrying it names its chunk
 
 
 def test_a_caller_without_tags_still_gets_bait_blocked_by_its_reason(data: labsrc.Lesson) -> None:

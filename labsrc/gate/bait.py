@@ -2,9 +2,9 @@
 
 Noninterference says that a chunk the caller may not see changes nothing the
 caller observes. The strongest test of that is a chunk that *would* win if it
-leaked: its text is the query itself (every word and code, and one marker word
-no stored chunk holds: as short and as on-topic as a chunk can be, and text that
-carries the marker is known to carry the bait's own), and, with vectors, its document
+leaked: its text is the query itself (every word and code, nothing else, so it
+is as short and as on-topic as a chunk can be; its metadata holds a marker word
+no stored chunk holds, so a payload that carries it carries the bait's own), and, with vectors, its document
 vector is the query's own vector (cosine 1). :func:`bait_chunks` makes one such
 chunk per rule the boundary enforces, each blocked for the caller by that rule
 (notebook 05 does the same by hand with four ``hidden-*`` chunks):
@@ -56,8 +56,8 @@ _LETTERS = "bcdfghjklmnpqrstvwxz"
 def bait_marker(chunk_id: str, query: str) -> str:
     """A word no stored chunk holds, unique to one bait chunk: ``bait`` and ten consonants (deterministic).
 
-    Letters only, lower case, so every tokenizer, lower-caser and stemmer keeps it one token. Text
-    that reaches the caller carrying it carries that bait chunk's own text (:func:`bait_markers`).
+    Letters only, lower case. It is kept in the bait's metadata, not its text (a word more would make
+    the bait a weaker match): a payload that carries it carries that bait chunk's own record.
     """
     digest = hashlib.sha256(f"{chunk_id}\n{query}".encode()).digest()
     return "bait" + "".join(_LETTERS[b % len(_LETTERS)] for b in digest[:10])
@@ -116,7 +116,7 @@ def bait_chunks(
             chunk = PolicyChunk(
                 chunk_id=chunk_id, document_id=chunk_id, parent_id=chunk_id, version=f"{chunk_id}/1",
                 region=region, acl_tag=acl_tag, effective_from=begin, effective_to=end,
-                text=bait_text(query, marker), metadata={"bait_query": query, "bait_marker": marker},
+                text=bait_text(query), metadata={"bait_query": query, "bait_marker": marker},
             )
             if reason not in block_reasons(caller, chunk, on_date):  # a bug here would make the probe vacuous
                 raise LabError(f"internal: bait {chunk_id} is not blocked as {reason.value} for {caller.actor_id}")
@@ -143,7 +143,7 @@ class BaitVectors:
 
     @classmethod
     def for_queries(cls, source: DenseSource, chunks: Sequence[PolicyChunk]) -> BaitVectors:
-        """Each bait chunk gets its query's vector (its text is the query and one marker word)."""
+        """Each bait chunk gets its query's vector (its text *is* the query)."""
         return cls(source, {c.chunk_id: source.query_vector(bait_query(c)) for c in chunks})
 
     def document_matrix(self, chunks: Sequence[PolicyChunk]) -> np.ndarray:

@@ -147,29 +147,22 @@ def _libc():  # ctypes.CDLL | None; loaded in the gate, before a worker forks
     return _LIBC or None
 
 
-#: ``clone``'s system call number, for :func:`_fork_bare`.
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220}
 
 
 def _fork_bare() -> int:
     """``fork()`` of this single-threaded worker without the atfork handlers it inherited from the gate.
 
-    A library the gate's process loaded may register handlers that restart its threads after a fork
-    (grpc's does); after ``unshare(CLONE_NEWPID)`` no thread can be made (EINVAL), and grpc retries
-    for a second or more, build after build (measured: 5 builds 5.1 s with grpc loaded, 0.21 s
-    without its handlers). The raw ``clone`` system call (with the GIL held, as ``os.fork`` holds it)
-    runs no handler; this process is single-threaded, so none is needed. ``os.fork`` where the
-    platform has no known call number.
+    grpc's handlers restart its threads after a fork; after ``unshare(CLONE_NEWPID)`` no thread can be
+    made, and grpc retried for a second a build (5 builds: 5.1 s, 0.21 s without). The raw ``clone``
+    runs no handler, and this single-threaded process needs none (``os.fork`` on other machines).
     """
     number = _SYS_CLONE.get(platform.machine())
     if number is None or _libc() is None:
         return os.fork()
     import ctypes
-
     pid = ctypes.pythonapi.syscall(number, int(signal.SIGCHLD), 0, 0, 0, 0)  # the GIL held, as os.fork holds it
-    if pid < 0:
-        return os.fork()
-    return pid
+    return pid if pid >= 0 else os.fork()
 
 
 def _try_namespace(flags: int) -> bool:
