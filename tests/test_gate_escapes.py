@@ -14,7 +14,6 @@ test shows the escape really happened before it shows the helper did not survive
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import inspect
 import os
 import platform
@@ -331,32 +330,3 @@ def test_the_gate_fails_a_retriever_whose_factory_escapes_by_clone_parent(namesp
     assert running(marker) == []
     assert live_workers() == 0
 
-
-_GRPC_LOADED = '''
-import time, grpc
-channel = grpc.insecure_channel("localhost:1")  # grpc's threads run, and its fork handlers are registered
-try:
-    grpc.channel_ready_future(channel).result(timeout=0.2)
-except Exception:
-    pass
-import labsrc
-from labsrc.evaluation.subject import Request
-from labsrc.gate.workers import IsolatedBuild
-data = labsrc.lesson()
-start = time.perf_counter()
-for _ in range(5):
-    with IsolatedBuild(labsrc.PolicyRetriever, data.chunks, data.vectors) as build:
-        assert build.search(Request("RPL-14", data.luna, data.eval_date, 2)).ids("hybrid") == ("eu-refurb-v2-rule",)
-print(f"{time.perf_counter() - start:.3f} {build.containment}")
-'''
-
-
-@pytest.mark.skipif(importlib.util.find_spec("grpc") is None, reason="grpcio is not installed (the audit extra)")
-def test_a_library_with_fork_handlers_in_the_gate_costs_no_build_a_second() -> None:
-    # grpc restarts its threads after every fork; after unshare(CLONE_NEWPID) no thread can be made, and it
-    # retried for a second a build (5 builds: 5.1 s). The namespace's forks run no atfork handler.
-    done = subprocess.run([sys.executable, "-c", _GRPC_LOADED], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    _, kind = done.stdout.split()
-    assert kind == containment.containment_kind()  # the trial namespace is not refused for grpc's sake either
-    assert "pthread_create failed" not in done.stderr  # grpc's handler never ran inside a namespace's fork

@@ -43,7 +43,6 @@ says what a build gets:
 from __future__ import annotations
 
 import os
-import platform
 import select
 import signal
 import sys
@@ -147,24 +146,6 @@ def _libc():  # ctypes.CDLL | None; loaded in the gate, before a worker forks
     return _LIBC or None
 
 
-_SYS_CLONE = {"x86_64": 56, "aarch64": 220}
-
-
-def _fork_bare() -> int:
-    """``fork()`` of this single-threaded worker without the atfork handlers it inherited from the gate.
-
-    grpc's handlers restart its threads after a fork; after ``unshare(CLONE_NEWPID)`` no thread can be
-    made, and grpc retried for a second a build (5 builds: 5.1 s, 0.21 s without). The raw ``clone``
-    runs no handler, and this single-threaded process needs none (``os.fork`` on other machines).
-    """
-    number = _SYS_CLONE.get(platform.machine())
-    if number is None or _libc() is None:
-        return os.fork()
-    import ctypes
-    pid = ctypes.pythonapi.syscall(number, int(signal.SIGCHLD), 0, 0, 0, 0)  # the GIL held, as os.fork holds it
-    return pid if pid >= 0 else os.fork()
-
-
 def _try_namespace(flags: int) -> bool:
     """What a worker does, in a throwaway child: unshare, then be pid 1 of the namespace and see its own ``/proc``."""
     with warnings.catch_warnings():
@@ -177,7 +158,7 @@ def _try_namespace(flags: int) -> bool:
         code = 1
         try:
             if _unshare(flags):
-                init = _fork_bare()
+                init = os.fork()
                 if init == 0:
                     _libc().prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # ends with a trial that hung
                     os._exit(0 if os.getpid() == 1 and _mount_proc() and _proc_is_ours() else 1)
@@ -250,7 +231,7 @@ def enter_namespace(conn: Connection) -> bool:
     if _MEASURED is None or not _MEASURED.flags or not _unshare(_MEASURED.flags):
         return False
     watch_end, alive_end = os.pipe()  # the init reads end of file when the worker is gone, however it went
-    init = _fork_bare()
+    init = os.fork()
     if init == 0:
         os.close(alive_end)
         _become_init(conn, watch_end)  # returns only in the factory's process
@@ -292,7 +273,7 @@ def _become_init(conn: Connection, watch_end: int) -> None:
         # of the namespace: while the init holds that pid as its group, the kernel's teardown of the namespace
         # (which waits until no pid of it is in use) never ends.
         os.setpgid(0, 0)
-        first = _fork_bare()
+        first = os.fork()
     except BaseException:
         os._exit(1)
     if first == 0:
