@@ -63,6 +63,9 @@ class InProcess:
     def aftermath(self):
         return (), ()
 
+    def containment(self):
+        return None  # built in this process: nothing of its own holds it
+
 
 def _plan(data, **config):
     config = GateConfig(**{"repetitions": 1, "warmup": 0, "probe_budget": 40, **config})

@@ -251,5 +251,5 @@ def run_plan(plan: GatePlan, builder: Builder | Prebuilt, rules: Callable[[GateP
         if step.done is not None and progress is not None:
             progress(*step.done)
     answers.leftovers, answers.output = builder.aftermath()
-    answers.containment = getattr(builder, "containment", lambda: None)()  # a stand-in builder may not say
+    answers.containment = builder.containment()
     return answers
