@@ -98,7 +98,7 @@ class MilvusHybrid:
         self.directory = tempfile.mkdtemp()
         self.path = os.path.join(self.directory, "lab.db")
         try:
-            self.client = m["MilvusClient"](self.path)
+            self.client = m["MilvusClient"](self.path, dedicated=True)  # a shared connection outlives close()
             self._create(matrix.shape[1])
             self.add(chunks, matrix)
             self.client.load_collection(COLLECTION)
