@@ -187,7 +187,8 @@ def test_reports_state_the_coverage_and_never_print_a_hidden_chunks_words(corpus
     assert code == 1
     report = json.loads((out_dir / "report.json").read_text())
     coverage = report["probes"]["generated"]["plan"]["coverage"]
-    assert coverage.startswith("400 generated requests (budget 400, seed 0): 6 of 6 callers probed")
+    assert coverage.startswith("400 generated probes at top_k 3 and 15 (800 requests; budget 400, seed 0): "
+                               "6 of 6 callers probed, hidden chunks attacked (per caller and date): siblings ")
     texts = {"stdout": out, "report.json": json.dumps(report), "report.md": (out_dir / "report.md").read_text(),
              "report.html": (out_dir / "report.html").read_text(), "junit": junit.read_text()}
     for name, text in texts.items():

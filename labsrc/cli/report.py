@@ -15,7 +15,7 @@ from labsrc.cli.engines import add_engine_options, engine_factory
 from labsrc.cli.outputs import check_out_dir
 from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir, lesson
-from labsrc.gate.config import LANES, MAX_REPETITIONS, GateConfig, load_gate_config
+from labsrc.gate.config import LANES, MAX_REPETITIONS, PROBE_TIERS, GateConfig, load_gate_config
 from labsrc.errors import InvalidArgument
 from labsrc.evaluation.budgets import engine_budgets
 from labsrc.gate.gates import GateRun, gate_retriever
@@ -38,6 +38,8 @@ DEFAULT_OUT = Path("report")
 _FINDINGS_SHOWN = 10
 #: Lines of a build's captured output printed (its last ones); ``--out`` writes it whole to retriever_output.txt.
 _OUTPUT_LINES = 20
+#: ``--min-coverage`` not given (``none`` given is ``None``: no floor).
+_UNSET = object()
 
 
 def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
@@ -128,8 +130,36 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probe-budget", type=int, metavar="N",
                         help="override the config's probe_budget: requests the gate makes up besides the cases "
                              "(every case's query as every caller, hidden chunks' own codes, edge dates; 0: none)")
+    parser.add_argument("--min-coverage", type=min_coverage_option, default=argparse.SUPPRESS,
+                        metavar="FLOOR",
+                        help="override the config's min_coverage: fail the generated probes when a tier of hidden "
+                             f"chunks ({', '.join(PROBE_TIERS)}) is attacked below this share, e.g. 0.5 or "
+                             "sibling=1,shared=0.2; 'none' removes the floor")
     parser.add_argument("--no-progress", action="store_true", help="show no progress (bars when stderr is a terminal, else a heartbeat line at most every 15 s)")
     add_engine_options(parser)
+
+
+def min_coverage_option(value: str) -> float | dict[str, float] | None:
+    """argparse type for ``--min-coverage``: ``0.5`` (every tier), ``sibling=1,shared=0.2``, or ``none``.
+
+    Only the shape is read here; the values are checked by :class:`GateConfig`, so a bad one is
+    refused with the config's own message, naming the option.
+    """
+    text = value.strip()
+    if text.lower() == "none":
+        return None
+    try:
+        if "=" not in text:
+            return float(text)
+        floors = {}
+        for part in text.split(","):
+            tier, _, share = part.partition("=")
+            floors[tier.strip()] = float(share)
+        return floors
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a share in [0, 1] (every tier), TIER=SHARE pairs joined by commas (tiers "
+            f"{', '.join(PROBE_TIERS)}), or none; got {value!r}") from None
 
 
 def apply_overrides(config: GateConfig, args: argparse.Namespace) -> GateConfig:
@@ -146,6 +176,8 @@ def apply_overrides(config: GateConfig, args: argparse.Namespace) -> GateConfig:
                         ("concurrency", "concurrency"), ("probe_budget", "probe_budget")):
         if getattr(args, option, None) is not None:
             values[key] = getattr(args, option)
+    if getattr(args, "min_coverage", _UNSET) is not _UNSET:  # None is a value here: it removes the floor
+        values["min_coverage"] = args.min_coverage
     # The default budgets are the in-memory engine's; on PostgreSQL (a round trip a stage) they get its own.
     engine = getattr(args, "engine", None) or "memory"
     for key in ("p50_budget_ms", "p95_budget_ms"):
@@ -155,7 +187,7 @@ def apply_overrides(config: GateConfig, args: argparse.Namespace) -> GateConfig:
     except InvalidArgument as exc:  # name the option, not the config key, when the option set it
         for option, key in (("--build-timeout", "build_timeout_s"), ("--search-timeout", "search_timeout_s"),
                             ("--concurrency", "concurrency"), ("--top-k", "top_k"), ("--repetitions", "repetitions"),
-                            ("--probe-budget", "probe_budget")):
+                            ("--probe-budget", "probe_budget"), ("--min-coverage", "min_coverage")):
             if str(exc).startswith(key) and getattr(args, option[2:].replace("-", "_"), None) is not None:
                 raise InvalidArgument(f"{option}: {exc}") from None
         raise

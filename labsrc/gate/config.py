@@ -18,8 +18,9 @@ A gate config is a JSON or TOML file whose keys are the fields of
       "build_timeout_s": 300,
       "search_timeout_s": 30,
       "concurrency": 16,
-      "probe_budget": 400,
-      "probe_seed": 0
+      "probe_budget": "auto",
+      "probe_seed": 0,
+      "min_coverage": null
     }
 
 Budget tables are merged over the defaults, so ``{"p95_budget_ms": {"dense": 80}}``
@@ -47,17 +48,24 @@ from labsrc.records.loading import parse_date, parse_json, read_text, too_deep
 
 __all__ = [
     "check_same_fusion",
+    "AUTO_PROBE_BUDGET",
+    "CHUNKS_PER_AUTO_PROBE",
     "DEFAULT_BUILD_TIMEOUT_S",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_PROBE_BUDGET",
     "DEFAULT_SEARCH_TIMEOUT_S",
+    "PROBE_TIERS",
     "HYBRID_RULES",
     "LANES",
+    "MAX_AUTO_PROBE_BUDGET",
     "MAX_CONCURRENCY",
     "MAX_PROBE_BUDGET",
     "MAX_REPETITIONS",
     "GateConfig",
+    "check_min_coverage",
     "check_timeout",
+    "deep_top_k",
+    "default_probe_budget",
     "load_gate_config",
 ]
 
@@ -68,11 +76,29 @@ DEFAULT_SEARCH_TIMEOUT_S = 30.0
 #: Threads the concurrency probe uses; 0 turns it off.
 DEFAULT_CONCURRENCY = 16
 MAX_CONCURRENCY = 256
-#: Generated requests per run unless the config says otherwise (``probe_budget``; 0 makes none): on the
-#: lab's retrievers a few seconds, on the audited ones tens of seconds.
+#: Generated probes per run on a small corpus (``probe_budget`` "auto", the default, up to 10,000 chunks; each
+#: probe is asked at ``top_k`` and at :func:`deep_top_k`): on the lab's retrievers a few seconds, on the audited
+#: ones tens of seconds.
 DEFAULT_PROBE_BUDGET = 400
-#: The most generated requests ``probe_budget`` may ask for: at a few ms a request, minutes, not days.
+#: ``probe_budget`` "auto" (the default): the budget is sized from the corpus (:func:`default_probe_budget`).
+AUTO_PROBE_BUDGET = "auto"
+#: Stored chunks per generated probe of the "auto" budget above :data:`DEFAULT_PROBE_BUDGET`.
+CHUNKS_PER_AUTO_PROBE = 25
+#: The largest "auto" budget, reached at 50,000 chunks (the gate's time at that size: docs/gating.md).
+MAX_AUTO_PROBE_BUDGET = 2_000
+#: The most generated probes ``probe_budget`` may ask for: at a few ms a request, minutes, not days.
 MAX_PROBE_BUDGET = 100_000
+#: The tiers of the hidden-chunk family's targets, in the order its budget is spent (:mod:`~labsrc.gate.generate`):
+#: per (caller, date), the hidden chunks likeliest to leak to that caller first.
+PROBE_TIERS: Mapping[str, str] = MappingProxyType(
+    {
+        "sibling": "another version or another region's edition of a document the caller may see a chunk of",
+        "shared": "a hidden chunk whose code or one of its rarest terms, a rare one, is in a chunk the caller may see "
+                  "or in a case's query",
+        "rest": "every other hidden chunk",
+    }
+)
+
 #: The most replays of the case set ``warmup`` and ``repetitions`` may each ask for. One repetition
 #: of the lesson's 7 cases took 8 ms in memory and 50 ms on the embedded postgres engine (measured
 #: on the project's 2-core machine: ``labsrc report --repetitions 20000`` ran 166 s), so 1,000 is
@@ -124,6 +150,49 @@ def check_timeout(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise InvalidArgument(f"{name} must be a number of seconds > 0, not {value!r}")
     return float(value)
+
+
+def deep_top_k(top_k: int) -> int:
+    """The second depth each generated probe is asked at: ``max(10, 5 * top_k)``.
+
+    A retriever that pads a short list from an unfiltered ranking, or cuts a lane before
+    filtering it, often does so only when ``k`` is large; asking at ``top_k`` alone misses it.
+    """
+    return max(10, 5 * top_k)
+
+
+def default_probe_budget(chunks: int) -> int:
+    """The "auto" probe budget for a corpus of ``chunks`` stored chunks.
+
+    ``min(MAX_AUTO_PROBE_BUDGET, max(DEFAULT_PROBE_BUDGET, ceil(chunks / CHUNKS_PER_AUTO_PROBE)))``:
+    400 up to 10,000 chunks (every small corpus keeps the budget it always had), one probe per 25
+    chunks beyond, at most 2,000 (from 50,000 chunks on), so that the gate's time stays bounded.
+    """
+    return min(MAX_AUTO_PROBE_BUDGET, max(DEFAULT_PROBE_BUDGET, -(-chunks // CHUNKS_PER_AUTO_PROBE)))
+
+
+def check_min_coverage(value: object) -> Mapping[str, float] | None:
+    """``min_coverage`` as a read-only mapping of tier to floor (a number applies to every tier), or None.
+
+    Raises :class:`~labsrc.errors.InvalidArgument` naming the tier and the valid ones.
+    """
+    if value is None:
+        return None
+    expected = f"a number in [0, 1] (a floor for every tier) or a mapping of tier to one (tiers {list(PROBE_TIERS)})"
+    if isinstance(value, Mapping):
+        unknown = sorted(map(str, set(value) - set(PROBE_TIERS)))
+        if unknown:
+            raise InvalidArgument(f"min_coverage names unknown tier(s) {unknown}; valid tiers are {list(PROBE_TIERS)}")
+        entries = [(f"min_coverage[{tier!r}]", tier, share) for tier, share in value.items()]
+    else:
+        entries = [("min_coverage", tier, value) for tier in PROBE_TIERS]
+    floors = {}
+    for name, tier, share in entries:
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
+            raise InvalidArgument(f"{name} must be {expected if name == 'min_coverage' else 'a number in [0, 1]'}, "
+                                  f"not {share!r}")
+        floors[tier] = float(share)
+    return MappingProxyType({tier: floors[tier] for tier in PROBE_TIERS if tier in floors})
 
 
 def _count(value: object, name: str, minimum: int, maximum: int | None = None) -> int:
@@ -180,11 +249,19 @@ class GateConfig:
         Threads the concurrency probe replays every case from at once, on one build
         (16 by default; 0 turns the probe off).
     probe_budget, probe_seed:
-        With a factory, the gate also makes up requests of its own from the corpus and
-        the callers (:mod:`~labsrc.gate.plan`): every case's query as every caller, a
-        hidden chunk's own code and rarest terms, each version's edge dates. At most
-        ``probe_budget`` of them (400 by default, up to :data:`MAX_PROBE_BUDGET`; 0 makes
-        none), chosen deterministically from ``probe_seed``.
+        With a factory, the gate also makes up probes of its own from the corpus and
+        the callers (:mod:`~labsrc.gate.generate`): every case's query as every caller, a
+        hidden chunk's own code and rarest terms, each version's edge dates; each probe is
+        asked at ``top_k`` and at :func:`deep_top_k`. At most ``probe_budget`` probes (up
+        to :data:`MAX_PROBE_BUDGET`; 0 makes none), chosen deterministically from
+        ``probe_seed``. The default, ``"auto"``, sizes it from the corpus
+        (:func:`default_probe_budget`: 400 up to 10,000 chunks, at most 2,000).
+    min_coverage:
+        A floor on the share of each tier of hidden-chunk targets (:data:`PROBE_TIERS`,
+        counted per caller and date) that the generated probes attack: one number in
+        [0, 1] for every tier, or a mapping of tier to one (a tier left out has no floor).
+        When a tier's share is below its floor, the ``generated probes`` gate fails,
+        naming the tier, its share and the floor. ``None`` (the default): no floor.
     """
 
     top_k: int = 2
@@ -201,8 +278,9 @@ class GateConfig:
     build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S
     search_timeout_s: float = DEFAULT_SEARCH_TIMEOUT_S
     concurrency: int = DEFAULT_CONCURRENCY
-    probe_budget: int = DEFAULT_PROBE_BUDGET
+    probe_budget: int | str = AUTO_PROBE_BUDGET
     probe_seed: int = 0
+    min_coverage: float | Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
         check_top_k(self.top_k)
@@ -241,8 +319,14 @@ class GateConfig:
                 f"not {self.concurrency!r}"
             )
 
-        _count(self.probe_budget, "probe_budget", 0, MAX_PROBE_BUDGET)
+        if self.probe_budget != AUTO_PROBE_BUDGET:
+            try:
+                _count(self.probe_budget, "probe_budget", 0, MAX_PROBE_BUDGET)
+            except InvalidArgument:
+                raise InvalidArgument(f"probe_budget must be {AUTO_PROBE_BUDGET!r} (sized from the corpus) or an int "
+                                      f"from 0 to {MAX_PROBE_BUDGET:,}, not {self.probe_budget!r}") from None
         _count(self.probe_seed, "probe_seed", 0)
+        object.__setattr__(self, "min_coverage", check_min_coverage(self.min_coverage))
 
     def eval_date(self) -> dt.date:
         """``on_date`` if pinned, else today's date."""
@@ -268,6 +352,7 @@ class GateConfig:
             "concurrency": self.concurrency,
             "probe_budget": self.probe_budget,
             "probe_seed": self.probe_seed,
+            "min_coverage": None if self.min_coverage is None else dict(self.min_coverage),
         }
 
 
@@ -354,6 +439,12 @@ def load_gate_config(path: str | Path) -> GateConfig:
             except ValueError as exc:
                 raise error(key, str(exc)) from exc
             continue
+        if key == "min_coverage" and isinstance(value, dict):  # a number is one floor for every tier
+            for sub, entry in value.items():
+                try:
+                    GateConfig(min_coverage={sub: entry})
+                except InvalidArgument as exc:
+                    raise error(key, str(exc), sub) from exc
         if key in ("min_recall", "p50_budget_ms", "p95_budget_ms"):
             if not isinstance(value, dict):
                 raise error(key, f"must be a table/object, got {type(value).__name__}")

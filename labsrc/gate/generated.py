@@ -53,7 +53,8 @@ _LANE = {"hybrid": "the fused list", "bm25": "the bm25 lane", "dense": "the dens
 
 
 def request_of(probe: GeneratedRequest, callers: Mapping[str, Caller], top_k: int) -> Request:
-    return Request(probe.query, callers[probe.caller], probe.on_date, top_k, "adhoc")
+    """The request ``probe`` makes: at its own depth when it has one (a probe's deep request), else at ``top_k``."""
+    return Request(probe.query, callers[probe.caller], probe.on_date, probe.top_k or top_k, "adhoc")
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class GeneratedFinding:
             add = "; the case for it is handed back with the first finding of this request"
             if self.chunk_id is not None and self.kind == "boundary" and self.problem.endswith("not a stored chunk"):
                 add = "; no case can name an id that is not stored"
+            elif self.kind == "rebuild" and self.request.deep:
+                add = (f"; no case is handed back: a case is compared with the permitted-only build at top_k only, "
+                       f"and this answer differs at top_k {self.request.top_k} only")
         elif self.request.printable:
             add = f"; add to cases.jsonl: {json.dumps(dict(self.case))}"
         else:  # its query is words of a hidden chunk: never printed, written only beside the report
@@ -103,7 +107,13 @@ class GeneratedCheck:
 
     @property
     def asked(self) -> int:
-        return len(self.plan.requests) - self.not_asked
+        """Requests asked (each probe is asked at every depth of the plan: :attr:`ProbePlan.asked`)."""
+        return len(self.plan.asked) - self.not_asked
+
+    @property
+    def below_floor(self) -> tuple[str, ...]:
+        """One line per tier of hidden-chunk targets attacked below the config's ``min_coverage``."""
+        return self.plan.floor_findings()
 
     def of_kind(self, kind: str) -> tuple[GeneratedFinding, ...]:
         return tuple(f for f in self.findings if f.kind == kind)
@@ -235,7 +245,7 @@ def judge_generated(
     mode: str = "exact",
     not_compared: str | None = None,
 ) -> GeneratedCheck:
-    """Findings of every generated answer (``answers[i]`` answers ``plan.requests[i]``).
+    """Findings of every generated answer (``answers[i]`` answers ``plan.asked[i]``).
 
     ``rebuilt`` maps a request's position to the answer of the permitted-only rebuild for its
     (caller, date), where the run made one; ``mode`` is how those are compared.
@@ -245,6 +255,9 @@ def judge_generated(
     ``permitted_only`` case. Never a positive case: the rebuild's ids are one retriever's ranking. Cases
     with the same query, caller, date and kind are merged into one (the safety cases' forbidden ids
     joined), carried by the first finding of them, and each is checked against the case format and rules.
+
+    A probe's deep request reports only what its ``top_k`` request did not: a hidden id not found there,
+    a difference from the rebuild when there was none at ``top_k``.
     """
     rebuilt = rebuilt or {}
     found: list[tuple[GeneratedRequest, str, str, str | None, _CaseKey | None]] = []
@@ -263,13 +276,18 @@ def judge_generated(
         cases[key] = case
         return key
 
-    for i, (probe, answer) in enumerate(zip(plan.requests, answers)):
+    leaked: set[tuple[Any, ...]] = set()  # (probe, chunk id): a hidden id found at top_k is not found again deep
+    differed: set[tuple[Any, ...]] = set()  # probes whose top_k answer differed from the rebuild's
+    for i, (probe, answer) in enumerate(zip(plan.asked, answers)):
         if answer.error:
             errors.append(f"{probe.describe()}: {answer.error}")
             continue
         answered += 1
         caller = callers[probe.caller]
-        violations = boundary_violations(probe.family, answer, caller, probe.on_date, stored)
+        same = (probe.family, probe.caller, probe.on_date, probe.query, probe.target)
+        returned = boundary_violations(probe.family, answer, caller, probe.on_date, stored)
+        violations = [v for v in returned if (same, v.chunk_id) not in leaked]
+        leaked.update((same, v.chunk_id) for v in violations)
         hidden = _hidden_chunks(violations, stored)
         carried = hand(_hidden_case("generated", probe, hidden, callers, stored)) if hidden else None
         first = next((n for n, v in enumerate(violations) if v.chunk_id in stored), None)  # carries the case
@@ -283,9 +301,13 @@ def judge_generated(
             errors.append(f"{probe.describe()} on the permitted-only rebuild: {comparison.error}")
             continue
         compared += 1
-        if comparison.differs:
-            # A hidden id that came back is the boundary finding's case; otherwise the answer must equal the rebuild's.
-            key = None if hidden else hand(_rebuild_case("generated", probe, answer, callers, stored))
+        if comparison.differs and (same not in differed or not probe.deep):
+            differed.add(same)
+            # A hidden id that came back is the boundary finding's case; otherwise the answer must equal the
+            # rebuild's. Not for a deep request: a case is compared with the rebuild at top_k only, so a
+            # permitted_only case would pass where only the deep answer differs.
+            key = None if probe.deep or _hidden_chunks(returned, stored) else hand(
+                _rebuild_case("generated", probe, answer, callers, stored))
             problem = f"differs from the build over {probe.caller!r}'s permitted chunks only: {comparison.describe()}"
             found.append((probe, "rebuild", problem, None, key))
     # Each case is named after the finding that carries it (generated-005: the fifth finding), checked once more.
@@ -296,10 +318,10 @@ def judge_generated(
     if not rebuilt and not_compared is None:
         not_compared = "no permitted-only rebuild was made for any (caller, date) of these requests"
     return GeneratedCheck(plan, answered, tuple(errors), findings, compared, not_compared,
-                          not_asked=len(plan.requests) - len(answers))
+                          not_asked=len(plan.asked) - len(answers))
 
 
 def probes_detail(check: GeneratedCheck) -> str:
-    """The generated-probes gate's detail line: coverage, then what was found."""
+    """The generated-probes gate's detail line: coverage, then what was found (a probe at either depth)."""
     found = len({(f.request.caller, f.request.on_date, f.request.query) for f in check.findings})
     return f"{check.summary()}: {plural(found, 'request')} broke the invariant"

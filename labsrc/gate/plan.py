@@ -248,10 +248,10 @@ def _main(cases: Sequence[Case], callers: Mapping[str, Caller], on_date: dt.date
             for n, (i, request) in enumerate(together)),
             f"every case {CONCURRENCY_ROUNDS} times, neighbours from different callers: what one request leaves "
             "behind must not reach another's", progress="concurrency", threads=config.concurrency))
-    if generated is not None:
+    if generated is not None:  # every probe at top_k, then every probe at the deep k (ProbePlan.asked)
         phases.append(Phase("generated", "in turn", tuple(
             Ask(f"generated {g}", request_of(probe, callers, config.top_k), "generated", g)
-            for g, probe in enumerate(generated.requests)),
+            for g, probe in enumerate(generated.asked)),
             "requests the gate made up: every case's query as every caller, hidden chunks' own text, edge dates",
             progress="generated probes", every=25, give_up_after=GIVE_UP_AFTER))
     return tuple(phases)
@@ -285,7 +285,7 @@ def _comparisons(stored: tuple[PolicyChunk, ...], cases: Sequence[Case], callers
     steps = []
     groups = case_groups(cases, on_date)
     extra: dict[tuple[str, dt.date], list[int]] = {}
-    for g, probe in enumerate(generated.requests if generated is not None else ()):
+    for g, probe in enumerate(generated.asked if generated is not None else ()):  # both depths of each probe
         extra.setdefault((probe.caller, probe.on_date), []).append(g)
     taken = {c.chunk_id for c in stored}
     for n, ((actor, day), positions) in enumerate(groups.items(), start=1):
@@ -295,7 +295,7 @@ def _comparisons(stored: tuple[PolicyChunk, ...], cases: Sequence[Case], callers
         asks = {kind: tuple(Ask(f"{kind} {i}", _request(cases[i], callers, on_date, config.top_k), kind, i,
                                 after=f"case {i}", when="reproducible") for i in positions)
                 for kind in ("rebuild", "bait")}
-        again = tuple(Ask(f"rebuild generated {g}", request_of(generated.requests[g], callers, config.top_k),  # type: ignore[union-attr]
+        again = tuple(Ask(f"rebuild generated {g}", request_of(generated.asked[g], callers, config.top_k),  # type: ignore[union-attr]
                           "generated", g, after=f"generated {g}", when="all reproducible")
                       for g in extra.get((actor, day), ()))
         phases = [Phase("rebuild", "in turn", asks["rebuild"], "each case must get the same ids, order and scores")]
@@ -339,7 +339,8 @@ def plan_gate(
     depth = max(config.top_k, len(stored))
     generated = None
     if rebuilds and config.probe_budget:
-        generated = plan_probes(stored, callers, cases, on_date, budget=config.probe_budget, seed=config.probe_seed)
+        generated = plan_probes(stored, callers, cases, on_date, budget=config.probe_budget, seed=config.probe_seed,
+                                top_k=config.top_k, min_coverage=config.min_coverage)
         vectors = probe_vectors(vectors, generated, stored)
     top = [_request(case, callers, on_date, config.top_k) for case in cases]  # each case as its caller asks it
     phases = _main(cases, callers, on_date, config, depth, top, measure, rebuilds, generated)

@@ -28,15 +28,18 @@ def no_answer(count: int, noun: str) -> str:
 
 
 def generated_gate(check: GeneratedCheck) -> GateResult:
+    """PASS when every generated answer kept the invariant and every tier of hidden-chunk targets got its
+    ``min_coverage``; a tier below its floor fails the gate (its finding names the tier, share and floor)."""
     name = "generated probes"
     if check.asked and not check.answered:
         return GateResult(name, False, f"not tested: {check.plan.coverage()}: {no_answer(check.asked, 'generated request')}",
                           family="generated", tested=False, findings=check.errors[:5])
+    short = check.below_floor
     if not check.asked:
-        return GateResult(name, True, f"{check.plan.coverage()}: nothing to generate", family="generated",
-                          tested=False)
-    return GateResult(name, not check.findings, probes_detail(check), family="generated",
-                      findings=shown(check.findings))
+        return GateResult(name, not short, f"{check.plan.coverage()}: nothing to generate", family="generated",
+                          tested=False, findings=short)
+    return GateResult(name, not check.findings and not short, probes_detail(check), family="generated",
+                      findings=short + shown(check.findings))
 
 
 def canary_gate(probes: Probes) -> GateResult:
