@@ -42,6 +42,9 @@ from typing import Any
 from labsrc.errors import InvalidArgument, InvalidRecord, MissingDependency
 from labsrc.evaluation.budgets import BUDGET_STAGES, RETRIEVAL_BUDGET_MS
 from labsrc.gate.noninterference import NONINTERFERENCE_MODES
+from labsrc.gate.probe_budget import (AUTO_PROBE_BUDGET, CHUNKS_PER_AUTO_PROBE, DEFAULT_PROBE_BUDGET,
+                                      MAX_AUTO_PROBE_BUDGET, MAX_PROBE_BUDGET, PROBE_TIERS, check_min_coverage,
+                                      check_probe_budget, deep_top_k, default_probe_budget)
 from labsrc.fusion.rrf import DEFAULT_RRF_K, check_rrf_k
 from labsrc.ranking import check_top_k
 from labsrc.records.loading import parse_date, parse_json, read_text, too_deep
@@ -76,28 +79,6 @@ DEFAULT_SEARCH_TIMEOUT_S = 30.0
 #: Threads the concurrency probe uses; 0 turns it off.
 DEFAULT_CONCURRENCY = 16
 MAX_CONCURRENCY = 256
-#: Generated probes per run on a small corpus (``probe_budget`` "auto", the default, up to 10,000 chunks; each
-#: probe is asked at ``top_k`` and at :func:`deep_top_k`): on the lab's retrievers a few seconds, on the audited
-#: ones tens of seconds.
-DEFAULT_PROBE_BUDGET = 400
-#: ``probe_budget`` "auto" (the default): the budget is sized from the corpus (:func:`default_probe_budget`).
-AUTO_PROBE_BUDGET = "auto"
-#: Stored chunks per generated probe of the "auto" budget above :data:`DEFAULT_PROBE_BUDGET`.
-CHUNKS_PER_AUTO_PROBE = 25
-#: The largest "auto" budget, reached at 50,000 chunks (the gate's time at that size: docs/gating.md).
-MAX_AUTO_PROBE_BUDGET = 2_000
-#: The most generated probes ``probe_budget`` may ask for: at a few ms a request, minutes, not days.
-MAX_PROBE_BUDGET = 100_000
-#: The tiers of the hidden-chunk family's targets, in the order its budget is spent (:mod:`~labsrc.gate.generate`):
-#: per (caller, date), the hidden chunks likeliest to leak to that caller first.
-PROBE_TIERS: Mapping[str, str] = MappingProxyType(
-    {
-        "sibling": "another version or another region's edition of a document the caller may see a chunk of",
-        "shared": "a hidden chunk whose code or one of its rarest terms, a rare one, is in a chunk the caller may see "
-                  "or in a case's query",
-        "rest": "every other hidden chunk",
-    }
-)
 
 #: The most replays of the case set ``warmup`` and ``repetitions`` may each ask for. One repetition
 #: of the lesson's 7 cases took 8 ms in memory and 50 ms on the embedded postgres engine (measured
@@ -150,49 +131,6 @@ def check_timeout(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise InvalidArgument(f"{name} must be a number of seconds > 0, not {value!r}")
     return float(value)
-
-
-def deep_top_k(top_k: int) -> int:
-    """The second depth each generated probe is asked at: ``max(10, 5 * top_k)``.
-
-    A retriever that pads a short list from an unfiltered ranking, or cuts a lane before
-    filtering it, often does so only when ``k`` is large; asking at ``top_k`` alone misses it.
-    """
-    return max(10, 5 * top_k)
-
-
-def default_probe_budget(chunks: int) -> int:
-    """The "auto" probe budget for a corpus of ``chunks`` stored chunks.
-
-    ``min(MAX_AUTO_PROBE_BUDGET, max(DEFAULT_PROBE_BUDGET, ceil(chunks / CHUNKS_PER_AUTO_PROBE)))``:
-    400 up to 10,000 chunks (every small corpus keeps the budget it always had), one probe per 25
-    chunks beyond, at most 2,000 (from 50,000 chunks on), so that the gate's time stays bounded.
-    """
-    return min(MAX_AUTO_PROBE_BUDGET, max(DEFAULT_PROBE_BUDGET, -(-chunks // CHUNKS_PER_AUTO_PROBE)))
-
-
-def check_min_coverage(value: object) -> Mapping[str, float] | None:
-    """``min_coverage`` as a read-only mapping of tier to floor (a number applies to every tier), or None.
-
-    Raises :class:`~labsrc.errors.InvalidArgument` naming the tier and the valid ones.
-    """
-    if value is None:
-        return None
-    expected = f"a number in [0, 1] (a floor for every tier) or a mapping of tier to one (tiers {list(PROBE_TIERS)})"
-    if isinstance(value, Mapping):
-        unknown = sorted(map(str, set(value) - set(PROBE_TIERS)))
-        if unknown:
-            raise InvalidArgument(f"min_coverage names unknown tier(s) {unknown}; valid tiers are {list(PROBE_TIERS)}")
-        entries = [(f"min_coverage[{tier!r}]", tier, share) for tier, share in value.items()]
-    else:
-        entries = [("min_coverage", tier, value) for tier in PROBE_TIERS]
-    floors = {}
-    for name, tier, share in entries:
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
-            raise InvalidArgument(f"{name} must be {expected if name == 'min_coverage' else 'a number in [0, 1]'}, "
-                                  f"not {share!r}")
-        floors[tier] = float(share)
-    return MappingProxyType({tier: floors[tier] for tier in PROBE_TIERS if tier in floors})
 
 
 def _count(value: object, name: str, minimum: int, maximum: int | None = None) -> int:
@@ -319,12 +257,7 @@ class GateConfig:
                 f"not {self.concurrency!r}"
             )
 
-        if self.probe_budget != AUTO_PROBE_BUDGET:
-            try:
-                _count(self.probe_budget, "probe_budget", 0, MAX_PROBE_BUDGET)
-            except InvalidArgument:
-                raise InvalidArgument(f"probe_budget must be {AUTO_PROBE_BUDGET!r} (sized from the corpus) or an int "
-                                      f"from 0 to {MAX_PROBE_BUDGET:,}, not {self.probe_budget!r}") from None
+        check_probe_budget(self.probe_budget)
         _count(self.probe_seed, "probe_seed", 0)
         object.__setattr__(self, "min_coverage", check_min_coverage(self.min_coverage))
 
