@@ -15,7 +15,7 @@ from labsrc.cli.engines import add_engine_options, engine_factory
 from labsrc.cli.outputs import check_out_dir
 from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir, lesson
-from labsrc.gate.config import LANES, MAX_REPETITIONS, PROBE_TIERS, GateConfig, load_gate_config
+from labsrc.gate.config import AUTO_PROBE_BUDGET, LANES, MAX_REPETITIONS, PROBE_TIERS, GateConfig, load_gate_config
 from labsrc.errors import InvalidArgument
 from labsrc.evaluation.budgets import engine_budgets
 from labsrc.gate.gates import GateRun, gate_retriever
@@ -127,9 +127,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, metavar="THREADS",
                         help="override the config's concurrency: threads the concurrency probe replays every case "
                              "from at once (0: no probe)")
-    parser.add_argument("--probe-budget", type=int, metavar="N",
-                        help="override the config's probe_budget: requests the gate makes up besides the cases "
-                             "(every case's query as every caller, hidden chunks' own codes, edge dates; 0: none)")
+    parser.add_argument("--probe-budget", type=probe_budget_option, metavar="N",
+                        help="override the config's probe_budget: probes the gate makes up besides the cases "
+                             "(every case's query as every caller, hidden chunks' own codes, edge dates), each "
+                             "asked at top_k and at max(10, 5 top_k); 'auto' sizes it from the corpus; 0: none")
     parser.add_argument("--min-coverage", type=min_coverage_option, default=argparse.SUPPRESS,
                         metavar="FLOOR",
                         help="override the config's min_coverage: fail the generated probes when a tier of hidden "
@@ -137,6 +138,18 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                              "sibling=1,shared=0.2; 'none' removes the floor")
     parser.add_argument("--no-progress", action="store_true", help="show no progress (bars when stderr is a terminal, else a heartbeat line at most every 15 s)")
     add_engine_options(parser)
+
+
+def probe_budget_option(value: str) -> int | str:
+    """argparse type for ``--probe-budget``: ``auto`` or a whole number (its range is :class:`GateConfig`'s to check)."""
+    text = value.strip().lower()
+    if text == AUTO_PROBE_BUDGET:
+        return AUTO_PROBE_BUDGET
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {AUTO_PROBE_BUDGET!r} or a whole number of probes; got {value!r}") \
+            from None
 
 
 def min_coverage_option(value: str) -> float | dict[str, float] | None:
