@@ -24,18 +24,23 @@ PER_TEST = frozenset({"tests/test_gate_properties.py"})
 
 #: The costliest files, started first (measured: tests/costs.py, docs/development.md).
 HEAVY_FIRST = (
-    "tests/test_audit_lancedb.py",
     "tests/test_gate_field.py",
+    "tests/test_gate_advice.py",
+    "tests/test_audit_lancedb.py",
     "tests/test_gate_properties.py",
-    "notebooks/12-into-a-real-database.ipynb",
-    "notebooks/05-attacking-the-boundary.ipynb",
     "tests/test_audit.py",
+    "tests/test_rubric_round5.py",
+    "tests/test_policy_fixtures.py",
     "tests/test_gate_generated.py",
-    "notebooks/13-auditing-a-retriever.ipynb",
-    "tests/test_engine_faults.py",
-    "tests/test_sparse_oracle_beir.py",
-    "tests/test_properties.py",
+    "notebooks/12-into-a-real-database.ipynb",
+    "tests/test_engine_postgres_properties.py",
+    "tests/test_engine_cleanup.py",
     "tests/test_cli_engines.py",
+    "notebooks/13-auditing-a-retriever.ipynb",
+    "tests/test_init.py",
+    "tests/test_rubric.py",
+    "tests/test_engine_concurrency.py",
+    "notebooks/05-attacking-the-boundary.ipynb",
 )
 
 
