@@ -139,13 +139,18 @@ def _attribute(obj: object, name: str) -> Any:
     return _MISSING if value is None or callable(value) else value
 
 
-def _key(record: Mapping[Any, Any], keys: Sequence[str]) -> Any:
-    """The value of the first of ``keys`` present (and not None) in ``record``, else missing."""
+def _first_key(record: Mapping[Any, Any], keys: Sequence[str]) -> tuple[str, Any]:
+    """The first of ``keys`` present (and not None) in ``record``, and its value; ``("", missing)`` if none."""
     for key in keys:
         value = record.get(key)
         if value is not None:
-            return value
-    return _MISSING
+            return key, value
+    return "", _MISSING
+
+
+def _key(record: Mapping[Any, Any], keys: Sequence[str]) -> Any:
+    """The value of the first of ``keys`` present (and not None) in ``record``, else missing."""
+    return _first_key(record, keys)[1]
 
 
 def _records(obj: object) -> list[Mapping[Any, Any]]:
@@ -178,10 +183,9 @@ def _object_score(obj: object) -> tuple[Any, str]:
     for place in ("payload", "metadata"):
         record = getattr(obj, place, None)
         if isinstance(record, Mapping):
-            for key in SCORE_KEYS:
-                value = record.get(key)
-                if value is not None:
-                    return value, f"{place}.{key}"
+            key, value = _first_key(record, SCORE_KEYS)
+            if key:
+                return value, f"{place}.{key}"
     return _MISSING, ""
 
 
@@ -213,12 +217,7 @@ def _read_item(item: object, rank: int, returned: str) -> _Read:
     score was read from is skipped: scores are compared as scores.
     """
     if isinstance(item, Mapping):
-        for key in SCORE_KEYS:
-            if item.get(key) is not None:
-                score_key = key
-                break
-        else:
-            score_key = ""
+        score_key, score = _first_key(item, SCORE_KEYS)
         chunk_id = _key(item, ID_KEYS)
         if chunk_id is _MISSING:
             raise ShapeError(returned, f"result {rank} has no id key ({', '.join(map(repr, ID_KEYS))})")
@@ -226,7 +225,7 @@ def _read_item(item: object, rank: int, returned: str) -> _Read:
             hint = "; a distance is not read (lower is better): return a score" if "distance" in item else ""
             keys = ", ".join(map(repr, SCORE_KEYS))
             raise ShapeError(returned, f"result {rank} ({chunk_id!r}) has no score ({keys}: missing or None){hint}")
-        return chunk_id, item[score_key], item, (score_key,)
+        return chunk_id, score, item, (score_key,)
     if isinstance(item, (str, bytes)):
         problem = f"result {rank} is {_short(item)}: an id alone has no score, return (chunk_id, score)"
         raise ShapeError(returned, problem)
