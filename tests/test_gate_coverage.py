@@ -257,6 +257,19 @@ def test_the_min_coverage_option_fails_a_run_that_is_otherwise_sound(files) -> N
     assert exited.value.code == 2
 
 
+
+def test_the_probe_budget_option_takes_auto_as_the_config_does(files) -> None:
+    retriever = f"{files['retriever']}:build"
+    code, out, _ = run_gate(files, "--retriever", retriever, "--probe-budget", "auto")
+    assert code == 0 and "; budget 400, seed 0)" in out, out  # 'auto' on a small corpus: the 400 it always had
+    code, out, _ = run_gate(files, "--retriever", retriever, "--probe-budget", "3")
+    assert code == 0 and "3 generated probes at top_k 2 and 10 (6 requests; budget 3, seed 0)" in out, out
+    code, _, err = run_gate(files, "--retriever", retriever, "--probe-budget", "-1")
+    assert code == 2 and "probe_budget must be 'auto' (sized from the corpus) or an int from 0 to 100,000, not -1" in err
+    with pytest.raises(SystemExit) as exited:  # argparse refuses what is neither a number nor 'auto'
+        run_gate(files, "--retriever", retriever, "--probe-budget", "many")
+    assert exited.value.code == 2
+
 # -- the default budget --------------------------------------------------------------------------------------------
 
 
