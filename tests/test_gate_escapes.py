@@ -331,4 +331,3 @@ def test_the_gate_fails_a_retriever_whose_factory_escapes_by_clone_parent(namesp
     assert len(named) == 1 and named[0].endswith(f"`{shown}`"), named  # whatever the interpreter's path's length
     assert running(marker) == []
     assert live_workers() == 0
-

@@ -63,13 +63,13 @@ def bait_marker(chunk_id: str, query: str) -> str:
     return "bait" + "".join(_LETTERS[b % len(_LETTERS)] for b in digest[:10])
 
 
-def bait_text(query: str, marker: str = "") -> str:
-    """The bait's text: the query itself, every word and code of it, then its marker word (when given)."""
-    return f"{query} {marker}" if marker else query
+def bait_text(query: str) -> str:
+    """The bait's text: the query itself, every word and code of it, nothing else (its marker is in its metadata)."""
+    return query
 
 
 def bait_query(chunk: PolicyChunk) -> str:
-    """The query a bait chunk was made for (its text without its marker)."""
+    """The query a bait chunk was made for (kept in its metadata beside its marker)."""
     return str((chunk.metadata or {}).get("bait_query", chunk.text))
 
 

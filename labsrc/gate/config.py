@@ -79,7 +79,6 @@ DEFAULT_SEARCH_TIMEOUT_S = 30.0
 #: Threads the concurrency probe uses; 0 turns it off.
 DEFAULT_CONCURRENCY = 16
 MAX_CONCURRENCY = 256
-
 #: The most replays of the case set ``warmup`` and ``repetitions`` may each ask for. One repetition
 #: of the lesson's 7 cases took 8 ms in memory and 50 ms on the embedded postgres engine (measured
 #: on the project's 2-core machine: ``labsrc report --repetitions 20000`` ran 166 s), so 1,000 is

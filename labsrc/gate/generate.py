@@ -41,12 +41,12 @@ import numpy as np
 
 from labsrc.boundary import BoundaryIndex, block_reasons
 from labsrc.errors import LabError
-from labsrc.gate.attack_queries import AttackQueries, attack_queries, shown_query
+from labsrc.gate.attack_queries import AttackQueries, shown_query
 from labsrc.gate.bait import BaitVectors
 from labsrc.gate.config import (AUTO_PROBE_BUDGET, DEFAULT_PROBE_BUDGET, PROBE_TIERS, check_min_coverage,
                                 deep_top_k, default_probe_budget)
 from labsrc.gate.probe_plan import FAMILIES, TIER_LABELS, GeneratedRequest, ProbePlan
-from labsrc.gate.probe_targets import (TIER_WEIGHTS, Targets, Vocabulary, by_weight, case_dates, hidden_tiers,
+from labsrc.gate.probe_targets import (TIER_WEIGHTS, Targets, by_weight, case_dates, hidden_tiers,
                                        rare_df, round_robin)
 from labsrc.lanes.coverage import query_lookup
 from labsrc.lanes.dense import DenseSource
@@ -103,14 +103,11 @@ def _hidden_chunk(callers: Mapping[str, Caller], stored: Sequence[PolicyChunk], 
     queues: dict[str, list[tuple[str, dt.date, np.ndarray]]] = {tier: [] for tier in PROBE_TIERS}
     counts = {tier: 0 for tier in PROBE_TIERS}
     total = 0
-    for number, actor in enumerate(sorted(callers)):
-        for day in dates:
-            # A generator of its own per (caller, date): the order of one does not depend on the others.
-            rng = np.random.default_rng([seed, number, day.toordinal()])
-            for tier, positions in targets.tiers(callers[actor], day, rng).items():
-                queues[tier].append((actor, day, positions))
-                counts[tier] += len(positions)
-                total += int(targets.asks[positions].sum())
+    for actor, day, tiers in targets.each_caller_and_date(callers, dates, seed):
+        for tier, positions in tiers.items():
+            queues[tier].append((actor, day, positions))
+            counts[tier] += len(positions)
+            total += int(targets.asks[positions].sum())
 
     def groups() -> Iterator[list[GeneratedRequest]]:
         for tier, (actor, day, position) in by_weight({t: round_robin(queues[t]) for t in PROBE_TIERS}):
@@ -175,9 +172,7 @@ def plan_probes(
     if budget == AUTO_PROBE_BUDGET:
         budget, sized_from = default_probe_budget(len(stored)), len(stored)
     rng = random.Random(seed)
-    vocabulary = Vocabulary()
-    queries = queries if queries is not None else attack_queries(stored, analyzer=vocabulary.analyze)
-    targets = Targets(stored, queries, vocabulary, cases)
+    targets, queries = Targets.index(stored, cases, queries)
     dates = case_dates(cases, on_date)
     cross, cross_total = _cross_caller(cases, callers, targets.boundary, on_date, rng)
     hidden, pairs, hidden_total, tiers = _hidden_chunk(callers, stored, dates, queries, targets, seed)

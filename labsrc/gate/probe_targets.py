@@ -186,6 +186,22 @@ class Targets:
                  (self.end < ordinal, BlockReason.SUPERSEDED)]
         return np.select([m for m, _ in rules], [_REASON_ORDER.index(r.value) for _, r in rules], len(_REASON_ORDER))
 
+    @classmethod
+    def index(cls, stored: Sequence[PolicyChunk], cases: Sequence[Case],
+              queries: AttackQueries | None = None) -> tuple[Targets, AttackQueries]:
+        """The targets of ``stored``, and the attack queries they were indexed from (made here when not given)."""
+        vocabulary = Vocabulary()
+        queries = queries if queries is not None else attack_queries(stored, analyzer=vocabulary.analyze)
+        return cls(stored, queries, vocabulary, cases), queries
+
+    def each_caller_and_date(self, callers: Mapping[str, Caller], dates: Sequence[dt.date],
+                             seed: int) -> Iterator[tuple[str, dt.date, dict[str, np.ndarray]]]:
+        """``(caller, date, tiers)`` for every caller (by id) and date: :meth:`tiers` with a generator of its own
+        per (caller, date), seeded from ``seed``, so the order of one does not depend on the others."""
+        for number, actor in enumerate(sorted(callers)):
+            for day in dates:
+                yield actor, day, self.tiers(callers[actor], day, np.random.default_rng([seed, number, day.toordinal()]))
+
     def tiers(self, caller: Caller, day: dt.date, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """The positions of ``caller``'s hidden chunks on ``day`` that can be attacked, per tier, in budget order.
 
@@ -253,13 +269,7 @@ def hidden_tiers(stored: Sequence[PolicyChunk], callers: Mapping[str, Caller], c
                  on_date: dt.date, *, seed: int = 0,
                  queries: AttackQueries | None = None) -> dict[tuple[str, dt.date], dict[str, tuple[str, ...]]]:
     """Every (caller, case date)'s hidden-chunk targets per tier, chunk ids in the order the budget takes them."""
-    vocabulary = Vocabulary()
-    queries = queries if queries is not None else attack_queries(stored, analyzer=vocabulary.analyze)
-    targets = Targets(stored, queries, vocabulary, cases)
-    out = {}
-    for number, actor in enumerate(sorted(callers)):
-        for day in case_dates(cases, on_date):
-            tiers = targets.tiers(callers[actor], day, np.random.default_rng([seed, number, day.toordinal()]))
-            out[(actor, day)] = {tier: tuple(stored[i].chunk_id for i in positions) for tier, positions in tiers.items()}
-    return out
+    targets, _ = Targets.index(stored, cases, queries)
+    return {(actor, day): {tier: tuple(stored[i].chunk_id for i in positions) for tier, positions in tiers.items()}
+            for actor, day, tiers in targets.each_caller_and_date(callers, case_dates(cases, on_date), seed)}
 
