@@ -52,6 +52,7 @@ import numpy as np
 
 import labsrc
 from labsrc.datasets.lesson import fixtures_dir
+from labsrc.gate import procfs
 from labsrc.lanes import BM25Index
 from labsrc.lanes.permitted import PermittedBM25
 from labsrc.records.cases import Case
@@ -241,28 +242,20 @@ class WorkerMemory:
         self._thread.join()
 
     def _run(self) -> None:
+        if not Path("/proc/self").is_dir():
+            return
         me = os.getpid()
         while not self._stop.wait(0.2):
-            parents: dict[int, int] = {}
-            for entry in Path("/proc").iterdir() if Path("/proc/self").is_dir() else ():
-                if entry.name.isdigit():
-                    try:
-                        parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                    except (OSError, IndexError, ValueError):
-                        continue
-            for pid in parents:
-                ancestor, hops = parents.get(pid), 0
-                while ancestor not in (None, 0, 1, me) and hops < 64:
-                    ancestor, hops = parents.get(ancestor), hops + 1
-                if ancestor == me:
-                    try:
-                        status = Path(f"/proc/{pid}/status").read_text()
-                    except OSError:
-                        continue
-                    for line in status.splitlines():
-                        if line.startswith("VmHWM:"):
-                            self.peak_mib = max(self.peak_mib, int(line.split()[1]) / 1024)
-
+            # The gate's workers, their namespaces' processes, what they started (the whole table: the kernel's
+            # children lists are reliable only for stopped processes).
+            for pid in procfs.descendants(me, procfs.process_table()):
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                except OSError:
+                    continue
+                for line in status.splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.peak_mib = max(self.peak_mib, int(line.split()[1]) / 1024)
 
 def gate_once(name: str, factory, budget: int | str, chunks, callers, cases) -> dict:
     """One gate run at ``budget``: its figures, printed and returned."""
