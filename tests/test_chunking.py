@@ -74,6 +74,21 @@ def test_sibling_headings_replace_each_other_in_the_path():
     assert [heading for _, heading in sections] == ["A", "A > B", "A > C", "D"]
 
 
+def test_chunks_name_their_document_as_policy_records_do():
+    # Issue 59: the records said doc_id where PolicyChunk and chunks.jsonl say document_id; doc_id stays as an alias
+    # (the drop-in retriever and notebook 10 read it).
+    chunks = chunk_markdown("eu-policy", DOC, max_chars=120)
+    assert [c["document_id"] for c in chunks] == [c["doc_id"] for c in chunks] == ["eu-policy"] * len(chunks)
+    assert list(chunks[0])[:3] == ["chunk_id", "document_id", "doc_id"]
+
+
+def test_plain_text_has_no_headings():
+    text = "# of seats: 4\n\nBook a room."
+    assert [c["heading"] for c in chunk_markdown("d", text)] == ["of seats: 4"]  # as markdown, a heading
+    [plain] = chunk_markdown("d", text, headings=False)
+    assert (plain["heading"], plain["text"], plain["section"]) == ("", text, 0)
+
+
 def test_bad_arguments():
     assert chunk_markdown("d", "   \n\n ") == []
     with pytest.raises(labsrc.InvalidArgument, match="max_chars"):

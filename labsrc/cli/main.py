@@ -20,7 +20,7 @@ import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
-from labsrc.cli.outputs import one_line
+from labsrc.cli.outputs import keeping_paths, one_line
 from labsrc.errors import LabError
 from labsrc.version import __version__
 
@@ -32,6 +32,7 @@ __all__ = ["build_parser", "main"]
 #: matplotlib until it draws.
 COMMANDS = {
     "init": "labsrc.cli.init",
+    "chunk": "labsrc.cli.chunk",
     "report": "labsrc.cli.report",
     "gate": "labsrc.cli.gate",
     "audit": "labsrc.cli.audit",
@@ -117,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """The command, with every way it can end turned into an exit status and at most one line on stderr."""
     try:
-        status = args.func(args)
+        with keeping_paths():  # a command stopped before it wrote leaves no output folder it made (labsrc.cli.outputs)
+            status = args.func(args)
         sys.stdout.flush()  # here, not at exit: a closed pipe is then caught below, every time
         return status
     except LabError as exc:

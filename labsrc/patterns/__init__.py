@@ -18,6 +18,15 @@ from labsrc.patterns.codetokens import (
     code_tokens,
     split_identifier,
 )
+from labsrc.patterns.documents import (
+    PAGE_FIELDS,
+    PAGE_SUFFIXES,
+    REQUIRED_PAGE_FIELDS,
+    chunk_documents,
+    chunk_record,
+    page_paths,
+    write_chunks_jsonl,
+)
 from labsrc.patterns.dropin import (
     HybridRetriever,
     QueryPlan,
@@ -57,6 +66,10 @@ from labsrc.patterns.filters import (
     check_filter,
     compile_filter_sql,
     matches_filter,
+)
+from labsrc.patterns.frontmatter import (
+    FrontMatter,
+    parse_front_matter,
 )
 from labsrc.patterns.keywords import (
     DEFAULT_DEDUP_LIMIT,
@@ -115,6 +128,7 @@ __all__ = [
     "FIELD_OPERATORS",
     "FILTER_OPERATORS",
     "FilterPlacement",
+    "FrontMatter",
     "HybridRetriever",
     "INSTALL_KEYWORDS",
     "LOGICAL_OPERATORS",
@@ -126,9 +140,12 @@ __all__ = [
     "NeedleOutcome",
     "NeedleQuestion",
     "NeedleReport",
+    "PAGE_FIELDS",
+    "PAGE_SUFFIXES",
     "POLICY_FIELDS",
     "QueryExpander",
     "QueryPlan",
+    "REQUIRED_PAGE_FIELDS",
     "Reranker",
     "SQLiteStore",
     "SUPPORT_POLICY_EXPANSIONS",
@@ -138,7 +155,9 @@ __all__ = [
     "best_snippet",
     "category_values",
     "check_filter",
+    "chunk_documents",
     "chunk_markdown",
+    "chunk_record",
     "code_tokens",
     "compare_filter_placement",
     "compile_filter_sql",
@@ -156,6 +175,8 @@ __all__ = [
     "needle_chunks",
     "needle_gate",
     "needle_retriever",
+    "page_paths",
+    "parse_front_matter",
     "post_filter",
     "record_from_dict",
     "request_date",
@@ -165,4 +186,5 @@ __all__ = [
     "split_identifier",
     "tokenize",
     "with_display_scores",
+    "write_chunks_jsonl",
 ]

@@ -11,7 +11,8 @@ Every chunk records where it came from, so results can be reassembled:
 
 =============  ==================================================================
 chunk_id       ``"{doc_id}#chunk-{index}"``
-doc_id         the document
+document_id    the document, named as :class:`~labsrc.records.policy.PolicyChunk` names it
+doc_id         the same value, under the name the drop-in retriever and notebook 10 read
 parent_id      the document the chunk belongs to (its parent for reassembly)
 index          0-based position of the chunk in the document
 section        0-based index of the heading section it lies in
@@ -21,6 +22,9 @@ text           the chunk's text, without leading or trailing whitespace
 =============  ==================================================================
 
 Headings inside fenced code blocks (```` ``` ```` or ``~~~``) are not headings.
+With ``headings=False`` (plain text) the whole text is one section with heading ``""``.
+A blank text gives ``[]``; :func:`labsrc.patterns.documents.chunk_documents`, which
+reads a team's pages, refuses a blank page by name instead.
 """
 
 from __future__ import annotations
@@ -118,20 +122,27 @@ def _split(text: str, span: Span, max_chars: int, level: int = 0) -> list[Span]:
     return packed
 
 
-def chunk_markdown(doc_id: str, text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[dict[str, Any]]:
-    """Split a markdown document into heading-aware chunks of at most ``max_chars`` characters."""
+def chunk_markdown(
+    doc_id: str, text: str, max_chars: int = DEFAULT_MAX_CHARS, *, headings: bool = True
+) -> list[dict[str, Any]]:
+    """Split a markdown document into heading-aware chunks of at most ``max_chars`` characters.
+
+    ``headings=False`` reads ``text`` as plain text: a line starting with ``#`` is not a heading.
+    """
     if not isinstance(doc_id, str) or not doc_id.strip():
         raise InvalidArgument(f"doc_id must be a non-empty string, not {doc_id!r}")
     if not isinstance(text, str):
         raise InvalidArgument(f"text must be a string, not {type(text).__name__}")
     max_chars = check_top_k(max_chars, "max_chars")
     chunks: list[dict[str, Any]] = []
-    for section, (span, heading) in enumerate(markdown_sections(text)):
+    sections = markdown_sections(text) if headings else [((0, len(text)), "")]
+    for section, (span, heading) in enumerate(sections):
         for start, end in _split(text, span, max_chars):
             index = len(chunks)
             chunks.append(
                 {
                     "chunk_id": f"{doc_id}#chunk-{index}",
+                    "document_id": doc_id,
                     "doc_id": doc_id,
                     "parent_id": doc_id,
                     "index": index,
