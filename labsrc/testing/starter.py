@@ -3,15 +3,20 @@
 The files live, as they are written, in ``labsrc/testing/starter/`` (the wheel
 carries them as package data). One is stored under another name: the pytest
 file is ``tests/test_release_gate.py.txt`` there, so that no pytest run over the
-lab's own tree collects it. :func:`write_starter` builds the folder beside its
-destination and renames it into place (git's lockfile-then-rename, applied to a
-folder), so an interrupted run leaves the whole folder or nothing. Every run
-writes the same bytes.
+lab's own tree collects it. The pages under ``docs/`` are the lab's own
+``docs/`` pages (git symbolic links there, which the wheel's build copies as
+files), written with the links a starter cannot follow turned into their text:
+the folder is all a wheel user has, so every link in it resolves inside it.
+:func:`write_starter` builds the folder beside its destination and renames it
+into place (git's lockfile-then-rename, applied to a folder), so an interrupted
+run leaves the whole folder or nothing. Every run writes the same bytes.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
+import re
 import secrets
 import shutil
 from pathlib import Path
@@ -19,7 +24,7 @@ from pathlib import Path
 from labsrc.errors import InvalidArgument
 from labsrc.records.files import fsync_dir, write_durable
 
-__all__ = ["STARTER_FILES", "STARTER_GATE_COMMAND", "starter_files", "write_starter"]
+__all__ = ["STARTER_FILES", "STARTER_GATE_COMMAND", "starter_files", "starter_page", "write_starter"]
 
 #: The folder the files are read from.
 _SOURCE = Path(__file__).resolve().parent / "starter"
@@ -34,6 +39,10 @@ STARTER_FILES = (
     "data/cases.jsonl",
     "data/gate.json",
     "tests/test_release_gate.py",
+    "docs/gating.md",
+    "docs/gate-in-pytest.md",
+    "docs/records.md",
+    "docs/gates.md",
 )
 
 #: Files stored under another name in the package: a ``test_*.py`` there would be collected by a pytest run over it.
@@ -46,9 +55,55 @@ STARTER_GATE_COMMAND = (
 )
 
 
+#: The lab's pages the starter carries: what every gate checks, the gate in pytest, the record format, the CLI.
+_PAGES = tuple(name for name in STARTER_FILES if name.startswith("docs/"))
+
+#: ``[text](target)`` or ``![alt](target)``, as the lab's link check reads them (tests/test_docs_links.py).
+_LINK = re.compile(r"!?\[([^\]]*)\]\(([^)\s]+)\)")
+_FENCE = re.compile(r"(^```.*?^```)", re.S | re.M)
+
+#: Said under each page's title: where the paths that lost their links are.
+_PAGE_NOTE = (
+    "> The lab's `{name}`, as `labsrc init` copied it. A path under `labsrc/` is a module of the installed package "
+    "(`python -c \"import labsrc; print(labsrc.__path__[0])\"` prints its folder); `tests/` and `benchmarks/` are "
+    "in the lab's repository."
+)
+
+
+def _link_kept(page: str, target: str) -> bool:
+    """Whether a link on the lab's ``page`` means the same in the starter: a heading, a URL, or another page it carries
+    (``../README.md`` is the lab's README, not the starter's)."""
+    path = target.partition("#")[0]
+    if not path or re.match(r"[a-z][a-z0-9+.-]*:", target):
+        return True
+    return posixpath.normpath(posixpath.join(posixpath.dirname(page), path)) in _PAGES
+
+
+def starter_page(page: str, text: str) -> str:
+    """The lab's page ``page`` (``docs/NAME.md``) as the starter holds it.
+
+    A link to another page the starter carries, to a heading or to a URL stays; a
+    link to anything else of the lab's (its source, ``../labsrc/gate/plan.py``, which
+    a wheel user does not have beside the starter) becomes its text, which names the
+    path; fenced code is left as it is. A note under the title says where those
+    paths are.
+    """
+
+    def unlink(match: re.Match[str]) -> str:
+        return match.group(0) if _link_kept(page, match.group(2)) else match.group(1)
+
+    parts = _FENCE.split(text)  # the fences at odd indexes
+    body = "".join(part if i % 2 else _LINK.sub(unlink, part) for i, part in enumerate(parts))
+    title, _, rest = body.partition("\n")
+    return f"{title}\n\n{_PAGE_NOTE.format(name=page)}\n{rest}"
+
+
 def starter_files() -> dict[str, bytes]:
     """Each starter file's path, as written, to its bytes, in :data:`STARTER_FILES` order."""
-    return {name: (_SOURCE / _STORED_AS.get(name, name)).read_bytes() for name in STARTER_FILES}
+    files = {name: (_SOURCE / _STORED_AS.get(name, name)).read_bytes() for name in STARTER_FILES}
+    for page in _PAGES:
+        files[page] = starter_page(page, files[page].decode("utf-8")).encode("utf-8")
+    return files
 
 
 def _refuse(folder: Path) -> None:
