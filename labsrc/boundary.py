@@ -22,6 +22,7 @@ __all__ = [
     "BlockReason",
     "BoundaryIndex",
     "block_reasons",
+    "unmatched_callers",
     "is_current",
     "is_permitted",
     "permitted_chunks",
@@ -126,3 +127,30 @@ class BoundaryIndex:
     def permitted(self, caller: Caller, on_date: dt.date) -> tuple[PolicyChunk, ...]:
         """The permitted chunks, in corpus order."""
         return tuple(self._chunks[i] for i in np.flatnonzero(self.mask(caller, on_date)))
+
+
+def unmatched_callers(callers: Iterable[Caller], chunks: Iterable[PolicyChunk]) -> list[str]:
+    """One note per caller whose region, or whose tags within that region, match no stored chunk on any date.
+
+    Such a caller may see nothing, ever: every request of theirs can only come back empty, so the cases
+    asked as them test exclusion alone. That is usually a typo in the callers file (``"EU"`` for ``"eu"``,
+    ``"it:staf"``) or a corpus loaded without that region's chunks. A caller who holds no tag at all is a
+    visitor by intent (no typo makes an empty list), wherever they are, and gets no note.
+    """
+    stored = list(chunks)
+    regions = {c.region for c in stored}
+    tags_in: dict[str, set[str]] = {}
+    for c in stored:
+        tags_in.setdefault(c.region, set()).add(c.acl_tag)
+    notes = []
+    for caller in callers:
+        if not caller.acl_tags:  # no tag at all: a visitor by intent (no typo makes an empty list)
+            continue
+        if caller.region not in regions:
+            notes.append(f"caller {caller.actor_id!r} is in region {caller.region!r}, which no stored chunk is in "
+                         f"(stored regions: {sorted(regions)}): every request of theirs can only answer nothing")
+        elif not caller.acl_tags & tags_in[caller.region]:
+            notes.append(f"caller {caller.actor_id!r} holds no ACL tag that a stored chunk of region "
+                         f"{caller.region!r} carries (they hold {sorted(caller.acl_tags)}; the region's chunks carry "
+                         f"{sorted(tags_in[caller.region])}): every request of theirs can only answer nothing")
+    return notes

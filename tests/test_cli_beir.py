@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -256,3 +257,47 @@ def test_a_real_sigint_in_a_beir_run_is_one_line_and_exit_130(tiny: Path):
     assert proc.returncode == 130, proc.stderr
     assert "Traceback" not in proc.stderr and proc.stderr.splitlines()[-1] == "labsrc: interrupted"
     assert len(proc.stderr.splitlines()) == 2  # the "loading ..." line, then this one
+
+
+def test_recall_at_prints_each_lane_at_each_k_and_plot_draws_the_curves(tiny: Path, tmp_path: Path, capsys):
+    from labsrc.datasets.beir import load_beir
+    from labsrc.evaluation.metrics import evaluate_run
+
+    out, png, runs = tmp_path / "m.json", tmp_path / "plots" / "recall.png", tmp_path / "runs"
+    code = main(["beir", "--data", str(tiny), "--depth", "5", "--lanes", "bm25,rrf", "--recall-at", "5,1,2",
+                 "--json", str(out), "--plot", str(png), "--run-dir", str(runs), "--no-progress"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    curve = report["recall_curve"]
+    assert curve["k"] == [1, 2, 5] and set(curve) == {"k", "bm25", "rrf"}
+    # Each point is Recall@k of the run the command wrote, as the lab's own metric reads it.
+    qrels = load_beir(tiny).split_qrels("test")
+    for lane in ("bm25", "rrf"):
+        run: dict[str, dict[str, float]] = {}
+        for line in (runs / f"{lane}.trec").read_text().splitlines():
+            qid, _, doc, _, score, _ = line.split()
+            run.setdefault(qid, {})[doc] = float(score)
+        assert curve[lane] == pytest.approx([evaluate_run(run, qrels, [f"recall@{k}"])[f"recall@{k}"] for k in (1, 2, 5)])
+        assert f"{lane:<8}" + "".join(f"{v:>8.4f}" for v in curve[lane]) in printed
+    assert curve["bm25"][-1] == pytest.approx(report["bm25"]["recall@100"])  # depth 5: Recall@100 is Recall@5
+    assert "Recall@k (2 queries)" in printed and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_recall_at_uses_the_default_k_up_to_the_depth(tiny: Path, tmp_path: Path, capsys):
+    out = tmp_path / "m.json"
+    assert main(["beir", "--data", str(tiny), "--depth", "5", "--lanes", "bm25", "--plot", str(tmp_path / "c.png"),
+                 "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["recall_curve"]["k"] == [1, 2, 3, 5]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--recall-at", "1,200"], "--recall-at: k 200 is deeper than --depth 100"),
+    (["--recall-at", "x"], "expected whole numbers joined by commas"),
+])
+def test_a_bad_recall_at_exits_2_in_one_line(tiny: Path, capsys, extra, message):
+    with pytest.raises(SystemExit) if extra[1] == "x" else contextlib.nullcontext() as stopped:
+        code = main(["beir", "--data", str(tiny), "--lanes", "bm25", *extra])
+    err = capsys.readouterr().err
+    assert (stopped.value.code if extra[1] == "x" else code) == 2
+    assert message in err and err.count("\n") == 1

@@ -34,7 +34,7 @@ def test_the_readme_usage_lines_match_the_parsers():
 
 def test_every_command_has_a_usage_line_and_a_block_shows_it():
     table = usage_table()
-    assert list(table) == ["init", "report", "gate", "audit", "search", "beir", "data fetch", "embed", "rubric", "engines clean", "--version"]
+    assert list(table) == ["init", "chunk", "report", "gate", "audit", "search", "beir", "data fetch", "embed", "rubric", "engines clean", "--version"]
     text = _all_docs()
     for usage in table.values():
         assert usage in text

@@ -174,11 +174,13 @@ def test_hostile_answers_fail_their_cases_and_the_run_ends_with_a_verdict(corpus
     assert live_workers() == 0
 
 
-def test_a_factory_that_raises_system_exit_is_bad_input_with_its_own_line(corpus) -> None:
+def test_a_factory_that_raises_system_exit_is_a_failing_build_with_its_own_line(corpus) -> None:
+    # SystemExit(0) in the factory neither ends the gate nor reads as success: its build failed (exit 1).
     code, out, err = gate(corpus, f"{FIELD}:exit_in_factory")
-    assert code == 2 and out == ""
-    assert "raised while building" in err and "SystemExit: 0" in err and "field_retrievers.py:" in err
-    assert len(err.strip().splitlines()) == 1
+    assert code == 1 and "Traceback" not in err and "labsrc: error" not in err
+    (line,) = [line for line in out.splitlines() if "raised while building" in line]
+    assert "SystemExit: 0" in line and "field_retrievers.py:" in line and line.startswith("      build 'main' (")
+    assert out.startswith("Release gate") and "FAIL  build errors" in out
 
 
 def test_a_factory_that_starts_a_thread_or_rewrites_its_chunks_is_contained(corpus) -> None:

@@ -34,9 +34,15 @@ def test_filter_first_that_ranks_only_permitted_chunks_exits_0(corpus) -> None:
     assert code == 0, out + err
     for name in ("boundary on every returned id", "noninterference by rebuild", "noninterference by bait"):
         assert status(out, name) == "PASS"
-    # Only the fused list is reported, so the lane gates cannot be measured: NOT TESTED, not FAIL.
-    assert status(out, "recall@2 bm25") == "NOT TESTED"
+    # Only the fused list is reported, so the lane gates are not made (no PASS, no FAIL, no NOT TESTED), and
+    # the report says so; no significance line compares lanes it never measured.
+    table = [line for line in out.splitlines() if line.startswith(("PASS  ", "FAIL  ", "NOT TESTED  "))]
+    assert not [line for line in table if "bm25" in line or "dense" in line or "each lane" in line]
+    assert status(out, "recall@2 hybrid") == "PASS"
+    assert ("not made: recall@2 bm25, recall@2 dense, hybrid >= each lane (the retriever returns only its fused "
+            "list, so its lanes cannot be measured)") in out
     assert "bm25     not reported (fused list only)" in out
+    assert "hybrid vs bm25" not in out and "no significance test: the retriever returns only its fused list" in out
 
 
 def test_post_filter_that_over_fetches_keeps_recall_but_fails_noninterference(corpus) -> None:
@@ -134,8 +140,6 @@ def test_reports_carry_the_new_gates(corpus, tmp_path) -> None:
 @pytest.mark.parametrize(
     ("source", "spec", "expected"),
     [
-        ("def make(chunks, vectors):\n    raise ValueError('no index here')\n", "make",
-         "ValueError: no index here (%s:2)"),
         ("import not_a_real_module_xyz\n", "make", "No module named 'not_a_real_module_xyz' (%s:1)"),
         ("def make(chunks, vectors:\n", "make", "SyntaxError"),
         ("def make(chunks, vectors):\n    return 42\n", "make", "returned int, which has no search("),
@@ -151,13 +155,19 @@ def test_a_factory_that_cannot_be_imported_or_built_exits_2_with_its_own_error(c
     assert (expected % plugin if "%s" in expected else expected) in err
 
 
-def test_a_users_factory_that_raises_is_named_by_its_file_and_name(corpus, tmp_path) -> None:
-    # The lab's engines are named as typed ("the postgres engine"); a user's factory keeps its own name.
+def test_a_users_factory_that_raises_is_a_failing_build_named_by_its_file_and_name(corpus, tmp_path) -> None:
+    # What the retriever raised is a finding of the run (exit 1), never the gate's input (exit 2): the factory
+    # imported, ran, and its build failed. The lab's engines are named as typed ("the postgres engine"); a user's
+    # factory keeps its own name.
     plugin = tmp_path / "team_retriever.py"
     plugin.write_text("def make(chunks, vectors):\n    raise ValueError('no index here')\n")
-    code, _, err = gate(corpus, "--retriever", f"{plugin}:make")
-    assert code == 2
-    assert err.startswith("labsrc: error: team_retriever.py:make raised while building (every stored chunk, ")
+    code, out, err = gate(corpus, "--retriever", f"{plugin}:make", "--junit-xml", str(tmp_path / "gate.xml"))
+    assert code == 1 and "Traceback" not in err and "labsrc: error" not in err
+    assert status(out, "build errors") == "FAIL"
+    assert (f"build 'main' (every stored chunk, 10 chunks), made for every gate: team_retriever.py:make raised while "
+            f"building (every stored chunk, 10 chunks): ValueError: no index here ({plugin}:2)") in out
+    assert "bm25     not measured (no case was asked)" in out and "GATES FAILED" in out
+    assert 'name="build errors"' in (tmp_path / "gate.xml").read_text(encoding="utf-8")
 
 
 def test_retriever_and_engine_together_is_misuse(corpus) -> None:

@@ -112,7 +112,10 @@ def test_verdict_first_then_gates_recall_latency_and_failed_traces(failing_dir: 
 def test_an_untested_gate_is_shown_as_not_tested(untested_dir: Path) -> None:
     page = (untested_dir / "report.html").read_text(encoding="utf-8")
     assert page.count('<td class="status NOT-TESTED">NOT TESTED</td>') == 5
-    assert "gates NOT TESTED (no cases) and do not fail the run" in page
+    assert "5 gates NOT TESTED and do not fail the run" in page
+    # The banner gives each NOT TESTED gate its own reason, not one "(no cases)" for all.
+    assert "<li>restricted exclusion: no restricted cases to replay; add a restricted case" in page
+    assert "<li>abstention: no absent cases to replay; add an absent case" in page
     markdown = (untested_dir / "report.md").read_text(encoding="utf-8")
     # 3 recall gates + hybrid + latency were tested; 4 exclusion gates + abstention had no cases.
     assert "**PASS**: 6 of 6 tested gates pass, 5 gates NOT TESTED for retriever `PolicyRetriever` on 2026-05-27" in markdown

@@ -106,7 +106,7 @@ def test_report_json_schema(passing_dir: Path, passing) -> None:
     assert doc["schema"] == REPORT_SCHEMA and doc["schema_version"] == REPORT_SCHEMA_VERSION == 1
     assert list(doc) == [
         "schema", "schema_version", "generator", "passed", "on_date", "subject", "noninterference", "probes", "config",
-        "versions", "recall", "significance", "gates", "cases", "latency", "cases_sha256",
+        "versions", "recall", "significance", "gates", "omitted_gates", "cases", "latency", "cases_sha256",
     ]
     assert doc["passed"] is True and doc["on_date"] == "2026-05-27"
     assert doc["config"] == FAST.to_dict()
@@ -114,6 +114,7 @@ def test_report_json_schema(passing_dir: Path, passing) -> None:
     assert doc["versions"]["dense_model"]["name"] == "fixture-embeddings-v1"
     assert doc["recall"]["k"] == 2
     assert doc["recall"]["lanes"] == pytest.approx({"bm25": 2 / 3, "dense": 2 / 3, "hybrid": 3 / 3})
+    assert doc["recall"]["curve"] is None and doc["omitted_gates"] == []  # no recall_at; every lane reported
     assert [g["name"] for g in doc["gates"]][-1] == "latency p50/p95"
     assert [c["name"] for c in doc["cases"]] == [c.case.name for c in passing.outcomes]
     assert set(doc["latency"]["stages"]) == {"authorize", "bm25", "dense", "fusion"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -134,10 +135,15 @@ def test_describe_exception_without_traceback() -> None:
     assert describe_exception(ValueError("plain")) == "ValueError: plain"
 
 
-def test_the_labs_own_refusal_of_bad_input_stops_the_run() -> None:
+def test_the_labs_own_error_raised_inside_a_search_is_that_searchs_failure() -> None:
+    # Issue 59: a retriever calling labsrc.bm25_rank(..., top_k=0) raised InvalidArgument, and the gate ended
+    # with exit 2 as if its own input were bad. The gate checks its input before it asks; what a search
+    # raises is the search's error, whatever its class, named with the user's file and line.
     class Refuses:
         def search(self, query, caller, on_date, top_k):
-            raise labsrc.InvalidArgument("query 'q' has no stored vector")
+            return labsrc.bm25_rank(query, [], 0)
 
-    with pytest.raises(labsrc.InvalidArgument, match="no stored vector"):
-        observe(Refuses(), "q", ME, DAY, 2)
+    observation = observe(Refuses(), "q", ME, DAY, 2)
+    assert observation.error is not None and observation.contract is None
+    assert observation.error.startswith("InvalidArgument: top_k must be > 0, got 0 (")
+    assert f"{Path(__file__).name}:" in observation.error and observation.lanes["hybrid"] == ()

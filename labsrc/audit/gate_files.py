@@ -12,13 +12,14 @@ and value (the command line's exit status 2).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from labsrc.audit.plugin import worker_factory
+from labsrc.boundary import unmatched_callers
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.evaluation.latency import Progress
-from labsrc.evaluation.subject import Factory
+from labsrc.evaluation.subject import Factory, SubjectError
 from labsrc.gate.case_rules import check_cases
 from labsrc.gate.config import GateConfig, load_gate_config
 from labsrc.gate.gates import GateRun, gate_retriever
@@ -54,6 +55,7 @@ def gate_from_files(
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
     load: Callable[[str], Factory] = worker_factory,
+    recall_at: Sequence[int] = (),
 ) -> GateRun:
     """Run the release gate on the files a team keeps: what ``labsrc gate`` does before it prints.
 
@@ -67,7 +69,8 @@ def gate_from_files(
     ``config`` is a gate config file, a :class:`~labsrc.gate.config.GateConfig`,
     or ``None`` for the defaults; ``adjust`` (the command line's overrides) is
     applied to it before the cases are checked against its evaluation date.
-    ``warn`` gets each warning (a case whose expected chunk has no vector).
+    ``warn`` gets each warning (a case whose expected chunk has no vector, a caller whose region or
+    tags match no stored chunk). ``recall_at`` measures Recall@k at those k too (``run.recall_curve``).
     ``load`` turns a ``MODULE:FACTORY`` string into the factory (the pytest form
     passes one that names itself and looks beside the test file); the default imports
     the module only inside the workers, so no code of the team's runs in this process.
@@ -95,6 +98,9 @@ def gate_from_files(
         path=cases,
         lines={case.name: line for line, case in located},
     )
+    if warn is not None:
+        for note in unmatched_callers(loaded_callers, loaded_chunks):
+            warn(note)
     factory: Factory | None = None
     label: str | None = None
     if isinstance(retriever, str):
@@ -118,8 +124,13 @@ def gate_from_files(
         note := missing_vectors_note(source, positives, chunks_path=chunks, cases_path=cases, vectors_path=vectors)
     ):
         warn(note)
-    if factory is None:
+    lab = factory is None
+    if lab:
         factory, label = lab_retriever(gate_config)  # type: ignore[misc]
-    return gate_retriever(
-        factory, loaded_chunks, loaded_callers, loaded_cases, source, gate_config, progress=progress, label=label
+    run = gate_retriever(
+        factory, loaded_chunks, loaded_callers, loaded_cases, source, gate_config, progress=progress, label=label,
+        recall_at=recall_at,
     )
+    if lab and run.unbuilt is not None:  # the lab's own engine could not be built here: the setup's, not a finding
+        raise SubjectError(run.unbuilt)
+    return run

@@ -58,7 +58,7 @@ AUDIT_GATES = (
 )
 _WHY_ORDER = ("factory indexes what it is handed", "boundary on every returned id", "noninterference by rebuild",
               "noninterference by bait", "same answers under concurrent requests", "generated probes", "repeatable builds",
-              "search errors", "exclusion", "recall")
+              "build errors", "search errors", "exclusion", "recall")
 _EXCLUSION = ("restricted exclusion", "superseded exclusion", "not_yet_effective exclusion", "wrong_region exclusion",
               "abstention")
 
@@ -162,9 +162,10 @@ def audit_row(subject: str, dataset: str, run: GateRun, *, digest: str = "", des
         if failed:
             g = failed[0]
             why[column] = g.findings[0] if g.findings else f"{g.name}: {g.detail}"
-    errors = by_name.get("search errors")
-    if errors is not None:
-        why["search errors"] = errors.findings[0]
+    for name in ("build errors", "search errors"):  # in a run only when a build failed or a search raised
+        errors = by_name.get(name)
+        if errors is not None:
+            why[name] = errors.findings[0]
     return AuditRow(subject, dataset, statuses, why, 0 if run.passed else 1, digest=digest, description=description,
                     seconds=seconds)
 

@@ -17,15 +17,18 @@ import json
 import sys
 from pathlib import Path
 
+from labsrc.cli.options import recall_at_option
 from labsrc.cli.outputs import check_out_dir, check_out_file, one_line
 from labsrc.cli.progress import make_progress
 from labsrc.datasets.beir import resolve_dataset_dir
 from labsrc.errors import InvalidArgument
 from labsrc.evaluation.benchmark import (
     BEIR_LANES,
+    CURVE_KS,
     REPORT_METRICS,
     BenchmarkResult,
     load_lanes,
+    recall_curves,
     run_benchmark,
     write_trec_run,
 )
@@ -88,32 +91,13 @@ def _parse_lanes(text: str) -> list[str]:
     return lanes
 
 
-def _missing_folders(folder: Path) -> list[Path]:
-    """``folder`` and the parents of it that do not exist yet, deepest first: what creating it would add."""
-    return [p for p in (folder, *folder.parents) if not p.exists()]
-
-
-def _remove_if_empty(folders: list[Path]) -> None:
-    """Remove each of the folders this run created that is still empty, deepest first (children before parents)."""
-    for folder in sorted(set(folders), key=lambda p: len(p.parts), reverse=True):
-        try:
-            folder.rmdir()
-        except OSError:  # it holds a complete file (kept, and so are its parents), or it is gone already
-            pass
-
-
 def run(args: argparse.Namespace) -> int:
     lanes = _parse_lanes(args.lanes)
     check_permutations(args.permutations, "--permutations")
-    # The output folders the checks below create: an interrupted or failed run removes them again if it
-    # wrote nothing into them (Ctrl-C while the collection loads left an empty --run-dir behind).
-    created = [*(_missing_folders(Path(args.run_dir)) if args.run_dir else []),
-               *(_missing_folders(Path(args.json).parent) if args.json else [])]
-    try:
-        return _run(args, lanes)
-    except BaseException:
-        _remove_if_empty(created)
-        raise
+    # The output folders the checks below create are removed again if the run is interrupted or fails before it
+    # wrote into them (Ctrl-C while the collection loads left an empty --run-dir behind): labsrc runs every
+    # command in labsrc.cli.outputs.keeping_paths.
+    return _run(args, lanes)
 
 
 def _run(args: argparse.Namespace, lanes: list[str]) -> int:
@@ -122,6 +106,12 @@ def _run(args: argparse.Namespace, lanes: list[str]) -> int:
         check_out_file(args.json, "--json")
     if args.run_dir:
         check_out_dir(args.run_dir, "--run-dir")
+    if args.plot:
+        check_out_file(args.plot, "--plot")
+    ks = args.recall_at or (tuple(k for k in CURVE_KS if k <= args.depth) if args.plot else ())
+    if ks and max(ks) > args.depth:
+        raise InvalidArgument(f"--recall-at: k {max(ks)} is deeper than --depth {args.depth}: each lane's run holds "
+                              f"{args.depth} results per query; raise --depth or drop the k")
     data_dir = resolve_dataset_dir(args.data, args.dataset)
     progress = make_progress(args.no_progress)
     print(f"loading {one_line(str(data_dir))} and building the BM25 index ...", file=sys.stderr)
@@ -153,10 +143,26 @@ def _run(args: argparse.Namespace, lanes: list[str]) -> int:
     if result.significance is not None and len(result.runs) > 1:
         print()
         print(format_significance(result.significance))
+    document = result.to_json()
+    if ks:
+        curves = recall_curves(result.runs, source.dataset.split_qrels(args.split), ks)
+        print()
+        print(f"Recall@k ({config['queries']} queries)")
+        print(f"{'lane':<8}" + "".join(f"{f'@{k}':>8}" for k in curves.index))
+        for lane in curves.columns:
+            print(f"{lane:<8}" + "".join(f"{v:>8.4f}" for v in curves[lane]))
+        document["recall_curve"] = {"k": [int(k) for k in curves.index],
+                                    **{lane: [float(v) for v in curves[lane]] for lane in curves.columns}}
     if args.json:
         path = Path(args.json)
-        atomic_write_bytes(path, (json.dumps(result.to_json(), indent=2, sort_keys=False) + "\n").encode("utf-8"))
+        atomic_write_bytes(path, (json.dumps(document, indent=2, sort_keys=False) + "\n").encode("utf-8"))
         print(f"\nwrote {path}")
+    if args.plot:
+        from labsrc.reports.plots import plot_recall_curves, save_figure
+
+        title = f"BEIR {config['collection']} / {config['split']}: Recall@k per lane"
+        save_figure(plot_recall_curves(curves, title=title), args.plot)
+        print(f"wrote {args.plot}")
     if args.run_dir:
         run_dir = Path(args.run_dir)
         for lane, lane_run in result.runs.items():
@@ -219,4 +225,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-progress", action="store_true", help="show no progress (bars when stderr is a terminal, else a heartbeat line at most every 15 s)")
     parser.add_argument("--json", metavar="OUT", help="write metrics, config and versions as JSON")
     parser.add_argument("--run-dir", metavar="DIR", help="write one TREC run file per lane")
+    parser.add_argument(
+        "--recall-at", type=recall_at_option, metavar="K,K,...",
+        help="also print each lane's Recall@k at these k (e.g. 1,5,10,100; each at most --depth), and add them to --json",
+    )
+    parser.add_argument(
+        "--plot", metavar="PNG",
+        help="draw each lane's Recall@k curve into this PNG (at --recall-at's k, default "
+             f"{','.join(map(str, CURVE_KS))} up to --depth)",
+    )
     parser.set_defaults(func=run)

@@ -10,7 +10,8 @@ finding is printed), 2 bad input (the message names the file, line, field and
 value): a malformed or empty file, a case that cannot test what its kind says
 (checked with :func:`~labsrc.gate.case_rules.check_cases`), an output path
 that cannot be written (checked before the run), a factory that cannot be
-imported or built (its own error and file:line).
+imported (its own error and file:line). What the retriever's code raises, in a
+build or a search, is a finding (exit 1: ``build errors``, ``search errors``).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ import sys
 
 from labsrc.audit.gate_files import gate_from_files
 from labsrc.cli.engines import engine_factory
+from labsrc.cli.options import recall_at_option
 from labsrc.cli.outputs import check_out_dir, check_out_file
 from labsrc.cli.progress import make_progress
 from labsrc.cli.report import add_run_options, apply_overrides, print_gate_table
 from labsrc.errors import InvalidArgument
 from labsrc.reports.junit import write_junit
 from labsrc.gate.generated import CASES_FILE
-from labsrc.reports.report import OUTPUT_FILE, REPORT_FILES, write_report
+from labsrc.reports.report import CURVE_FILE, OUTPUT_FILE, REPORT_FILES, write_report
 from labsrc.lanes.sources import load_dense_source, visible_chunks
 from labsrc.records.loading import parse_date
 
@@ -45,7 +47,7 @@ def iso_date(value: str) -> dt.date:
 def run(args: argparse.Namespace) -> int:
     # Output paths first: a typo there must not cost a whole run, nor end in a traceback.
     if args.out:
-        check_out_dir(args.out, files=(*REPORT_FILES, CASES_FILE, OUTPUT_FILE))
+        check_out_dir(args.out, files=(*REPORT_FILES, CASES_FILE, OUTPUT_FILE, CURVE_FILE))
     if args.junit_xml:
         check_out_file(args.junit_xml, "--junit-xml")
     if args.retriever and (args.engine is not None or args.dsn is not None):
@@ -59,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         lab_retriever=lambda config: engine_factory(args, rrf_k=config.rrf_k, progress=progress),
         progress=progress,
         warn=lambda note: print(f"labsrc: warning: {note}", file=sys.stderr),
+        recall_at=args.recall_at or (),
     )
     print_gate_table(result)
     if args.out:
@@ -106,5 +109,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also write JUnit XML: one testcase per gate (and per failing case), for CI test reports",
     )
     parser.add_argument("--date", type=iso_date, metavar="YYYY-MM-DD", help="evaluation date (default: config on_date, else today)")
+    parser.add_argument(
+        "--recall-at", type=recall_at_option, metavar="K,K,...",
+        help="also measure permitted Recall@k of each lane at these k (e.g. 1,2,5,10): every positive case asked at "
+             "each k; printed, in report.json, and drawn as curves in report.html and recall_curve.png (with --out)",
+    )
     add_run_options(parser)
     parser.set_defaults(func=run)

@@ -9,6 +9,12 @@ A path that is a FIFO, a device or a socket is refused too, and so is one inside
 the report folder: opening a FIFO for writing blocks until someone reads it, so a
 run would end with its verdict computed and then hang on the write (CI kills the
 job and reports nothing). The checks only ``stat`` the paths: they never open one.
+
+The checks make the folders they need up front (to prove them writable). A command that then ends without
+writing (Ctrl-C, SIGTERM, an error) must leave the paths as it found them, so inside :func:`keeping_paths`
+(``labsrc`` runs every command in one) each folder a check made is noted, and removed again, deepest first
+and only while it is still empty, when the command ends by an exception: an ``--out`` folder that was absent
+is absent again, parents included, and one that existed is not touched.
 """
 
 from __future__ import annotations
@@ -16,12 +22,52 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from labsrc.errors import InvalidArgument
 
-__all__ = ["check_out_dir", "check_out_file", "one_line"]
+__all__ = ["check_out_dir", "check_out_file", "keeping_paths", "one_line"]
+
+#: The folders the checks made for the command running now (deepest first), or None outside :func:`keeping_paths`.
+_MADE: ContextVar[list[Path] | None] = ContextVar("labsrc_made_folders", default=None)
+
+
+@contextmanager
+def keeping_paths() -> Iterator[list[Path]]:
+    """A command's scope: the folders its output checks make are noted, and removed if it ends by an exception.
+
+    Each is removed only while empty (``os.rmdir``), deepest first: what the command wrote before it was
+    stopped stays, and a folder that existed before it is never touched. Yields the list of folders made.
+    """
+    made: list[Path] = []
+    token = _MADE.set(made)
+    try:
+        yield made
+    except BaseException:  # KeyboardInterrupt (Ctrl-C, and SIGTERM in ``labsrc``), an error: undo, then go on
+        for folder in sorted(set(made), key=lambda p: len(p.parts), reverse=True):
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (the command wrote there), already gone: leave it
+                pass
+        raise
+    finally:
+        _MADE.reset(token)
+
+
+def _make_folders(folder: Path) -> None:
+    """``mkdir -p folder``, noting for :func:`keeping_paths` each folder it made."""
+    missing = []
+    probe = folder
+    while not os.path.lexists(probe) and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    made = _MADE.get()
+    if made is not None:
+        made.extend(missing)  # before mkdir: one that fails half-way has made some of them
+    folder.mkdir(parents=True, exist_ok=True)
 
 
 def _special_kind(path: Path) -> str | None:
@@ -53,7 +99,7 @@ def _first_existing(path: Path) -> Path:
 
 def _probe_write(folder: Path, option: str, target: Path) -> None:
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        _make_folders(folder)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".labsrc-write-check-"):
             pass
     except OSError as exc:

@@ -17,9 +17,11 @@ from labsrc.cli.progress import make_progress
 from labsrc.datasets.lesson import fixtures_dir, lesson
 from labsrc.gate.config import AUTO_PROBE_BUDGET, LANES, MAX_REPETITIONS, PROBE_TIERS, GateConfig, load_gate_config
 from labsrc.errors import InvalidArgument
+from labsrc.evaluation.subject import SubjectError
 from labsrc.evaluation.budgets import engine_budgets
 from labsrc.gate.gates import GateRun, gate_retriever
 from labsrc.gate.generated import CASES_FILE
+from labsrc.reports.frames import curve_lines, lane_note, omitted_lines
 from labsrc.reports.report import (
     OUTPUT_FILE,
     REPORT_FILES,
@@ -53,12 +55,15 @@ def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
           + (f", dense {dense})" if dense else ")"))
     write()
     write(f"{'lane':<8} Recall@{k}")
-    lanes_reported = all(o.lanes_reported for o in run.outcomes)
     for lane in LANES:
-        value = f"{run.recall[lane]:.2f}" if lanes_reported or lane == "hybrid" else "not reported (fused list only)"
-        write(f"{lane:<8} {value}")
+        write(f"{lane:<8} {lane_note(run, lane) or f'{run.recall[lane]:.2f}'}")
     for line in significance_lines(recall_significance(run)):
         write(line)
+    curve = curve_lines(run)
+    if curve:
+        write()
+        for line in curve:
+            write(line)
     write()
     width = max(len(g.name) for g in run.gates)
     for gate in run.gates:
@@ -70,6 +75,8 @@ def print_gate_table(run: GateRun, stream: TextIO | None = None) -> None:
                 write(f"      {line}")
             if len(gate.findings) > _FINDINGS_SHOWN:
                 write(f"      ... and {len(gate.findings) - _FINDINGS_SHOWN} more (every one is in report.json and the JUnit XML)")
+    for line in omitted_lines(run):
+        write(line)
     if run.probes is not None and run.probes.output:
         write()
         write("retriever output (what each build printed; not part of the verdict):")
@@ -221,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
         factory, data.chunks, data.callers_by_id, data.cases, data.vectors, config,
         on_date=config.on_date or data.eval_date, progress=progress, label=label,
     )
+    if result.unbuilt is not None:  # the lab's own engine could not be built here: the setup's, not a finding
+        raise SubjectError(result.unbuilt)
     print_gate_table(result)
     write_report(result, out)
     print(f"report written to {out}/")

@@ -108,6 +108,8 @@ def _awaited(awaitable: Awaitable[Any]) -> Any:
 
 #: Where every contract message sends its reader (a heading of docs/gating.md).
 CONTRACT_DOCS = "docs/gating.md#what-search-may-return"
+#: The adapter for Documents in rank order without scores (an ensemble's): a score from each one's rank.
+RANK_SCORES_DOCS = "docs/gating.md#documents-in-rank-order-without-scores"
 #: What every contract message says the gate reads.
 ACCEPTED_SHAPES = (
     "the gate reads a RetrievalResult, or a list, best first, of (chunk_id, score) pairs, dicts with 'chunk_id' "
@@ -249,7 +251,9 @@ def _read_item(item: object, rank: int, returned: str) -> _Read:
         raise ShapeError(returned, f"result {rank} is a {type(item).__name__} that {_NO_ID}")
     score, score_field = _object_score(item)
     if score is _MISSING:
-        hint = (": a vector store's similarity_search_with_relevance_scores returns (Document, score) pairs"
+        hint = (": a vector store's similarity_search_with_relevance_scores returns (Document, score) pairs; "
+                "a retriever that returns Documents in rank order without scores (LangChain's EnsembleRetriever, "
+                f"any retriever's invoke) needs a score from its rank, in five lines: {RANK_SCORES_DOCS}"
                 if hasattr(item, "page_content") else "")
         raise ShapeError(returned, f"result {rank} ({chunk_id!r}) has no score (.score, or metadata or payload "
                                     f"{', '.join(map(repr, SCORE_KEYS))}){hint}")

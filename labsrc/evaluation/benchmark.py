@@ -9,9 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from labsrc.datasets.beir import Qrels, Run, load_beir
 from labsrc.errors import InvalidArgument
@@ -34,6 +37,7 @@ from labsrc.ranking import check_top_k
 __all__ = [
     "ALPHA_GRID",
     "BEIR_LANES",
+    "CURVE_KS",
     "DEFAULT_ALPHA",
     "REPORT_METRICS",
     "SIGNIFICANCE_METRIC",
@@ -42,6 +46,7 @@ __all__ = [
     "evaluate_lanes",
     "lane_comparison",
     "load_lanes",
+    "recall_curves",
     "run_benchmark",
     "trec_scores",
     "tune_alpha",
@@ -101,6 +106,28 @@ def evaluate_lanes(
 ) -> dict[str, dict[str, float]]:
     """lane → metric → mean over the judged queries (:func:`~labsrc.evaluation.metrics.evaluate_run`)."""
     return {lane: dict(evaluate_run(run, qrels, list(metrics))) for lane, run in runs.items()}
+
+
+#: The k of a Recall@k curve when none are given (notebook 09's), cut at the run's depth.
+CURVE_KS = (1, 2, 3, 5, 10, 20, 30, 50, 75, 100)
+
+
+def recall_curves(runs: Mapping[str, Run], qrels: Qrels, ks: Sequence[int]) -> pd.DataFrame:
+    """Mean Recall@k per lane (columns, in ``runs``' order) at each k (index, ascending) over the judged queries.
+
+    Recall@k = |relevant ∩ top k| / |relevant| (Manning, Raghavan & Schütze 2008, §8.3; trec_eval's
+    ``recall_k``), read from each run's ranking, which must be at least ``max(ks)`` deep to mean
+    anything at that k: the caller checks the depth it ran at. The frame is what
+    :func:`labsrc.reports.plots.plot_recall_curves` draws.
+    """
+    import pandas as pd
+
+    ks = sorted({check_top_k(k, "k") for k in ks})
+    if not ks:
+        raise InvalidArgument("recall_curves needs at least one k")
+    names = [f"recall@{k}" for k in ks]
+    columns = {lane: [evaluate_run(run, qrels, names)[name] for name in names] for lane, run in runs.items()}
+    return pd.DataFrame(columns, index=pd.Index(ks, name="k"), dtype=float)
 
 
 def lane_comparison(

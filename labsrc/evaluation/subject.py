@@ -24,8 +24,8 @@ vectors). The object it returns needs one method,
 one event loop per process, so an async retriever is judged as it runs.
 
 :func:`observe` turns either into an :class:`Observation`; a ``search`` that
-raises becomes an observation with ``error`` set, so one bad case does not stop
-the run. An answer whose *shape* the gate cannot read sets ``contract`` too: that
+raises (whatever it raises, the lab's own errors included) becomes an observation
+with ``error`` set, so one bad case does not stop the run. An answer whose *shape* the gate cannot read sets ``contract`` too: that
 is the retriever's contract broken, the same for every search, not one bad answer.
 :func:`build_subject` calls a factory and turns anything it raises into a
 :class:`SubjectError` naming the user's own file and line.
@@ -61,6 +61,7 @@ __all__ = [
     "Request",
     "Subject",
     "SubjectError",
+    "BuildError",
     "build_subject",
     "close_subject",
     "describe_exception",
@@ -90,6 +91,14 @@ Factory = Callable[[tuple[PolicyChunk, ...], "DenseSource | None"], Subject]
 
 class SubjectError(LabError):
     """A factory could not be imported or built, or built something that cannot search."""
+
+
+class BuildError(SubjectError):
+    """The factory ran and its build failed: it raised, did not return in time, or its worker ended.
+
+    What the retriever did, not what the gate was given: the gate judges it (a failing ``build errors``
+    gate, exit 1), where a factory it cannot even import (:class:`SubjectError`) is its input's fault (exit 2).
+    """
 
 
 _LAB_DIR = str(Path(__file__).resolve().parents[1])
@@ -285,8 +294,10 @@ def observe(
 
     ``payload=False`` reads ids and scores only (a request as deep as the corpus is read for its ids).
     Whatever the subject raises becomes the observation's ``error`` (the case fails, the run goes on),
-    except a :class:`~labsrc.errors.LabError`: the lab's own refusal of bad input stops the run. An answer
-    of a shape the gate cannot read sets ``contract`` as well as ``error`` (see :class:`Observation`).
+    the lab's own :class:`~labsrc.errors.LabError` included: a retriever that calls ``labsrc.bm25_rank``
+    with ``top_k=0`` raised it, and that is the retriever's failure, not bad input to the gate (the gate
+    checks its own input before it asks anything). An answer of a shape the gate cannot read sets
+    ``contract`` as well as ``error`` (see :class:`Observation`).
     """
     search = subject.search
     kwargs = {"query_kind": query_kind} if _accepts_query_kind(search) else {}
@@ -300,9 +311,7 @@ def observe(
         return Observation({"hybrid": pairs}, None, {"request": elapsed}, payload=fields)
     except ShapeError as exc:  # error reads as every other broken answer did ("TypeError: ..."); contract alone
         return Observation({"hybrid": ()}, None, {}, error=f"TypeError: {exc}", contract=str(exc))
-    except (KeyboardInterrupt, SystemExit, LabError):
-        # The lab's own errors mean bad input (a query with no stored vector, a bad argument): the run
-        # stops with that message and exit 2, as before. Anything else is the subject's failure.
+    except (KeyboardInterrupt, SystemExit):  # the calling process's own; a gate's worker contains them
         raise
     except (Exception, asyncio.CancelledError) as exc:  # an awaited search may end cancelled: its case's error
         return Observation({"hybrid": ()}, None, {}, error=describe_exception(exc))

@@ -13,12 +13,15 @@ from types import MappingProxyType
 
 from labsrc.gate.bait import BAIT_REASONS
 from labsrc.evaluation.budgets import BUDGET_STAGES, REQUEST_STAGE
-from labsrc.gate.config import LANES, GateConfig
+from labsrc.gate.config import GateConfig
 from labsrc.evaluation.latency import LatencyReport
-from labsrc.evaluation.metrics import recall_at_k
+from labsrc.gate.lane_rules import lane_gate_names, lane_gates, lanes_reported
 from labsrc.gate.outcomes import CaseOutcome, lane_recall
 from labsrc.gate.generated import GeneratedCheck, GeneratedFinding, shown
 from labsrc.gate.probe_rules import (
+    BUILD_ERRORS,
+    build_errors_gate,
+    not_compared,
     canary_gate,
     comparison_name,
     concurrency_gate,
@@ -88,6 +91,10 @@ GATE_TABLE: Mapping[str, tuple[str, str]] = MappingProxyType(
         "cleanup": (
             "every process a build started, found through the worker's process tree when the build ends",
             "the factory leaves processes running after its build (a helper in a new session, a daemon)",
+        ),
+        "builds": (
+            "every build after the main one: the repeat, canary, rebuild and bait builds",
+            "the factory raised (or hung) instead of building over the chunks it was handed",
         ),
         "errors": ("every search call of the run", "the retriever raised instead of answering"),
         "latency": ("per-stage p50 and p95 budgets in ms", "a stage is too slow to ship"),
@@ -163,11 +170,9 @@ def _comparison_gate(outcomes: Sequence[CaseOutcome], kind: str, mode: str,
     every = [(o, getattr(o, kind)) for o in outcomes if getattr(o, kind) is not None]
     compared = [(o, c) for o, c in every if c.compared]
     skipped = len(every) - len(compared)
+    reasons = not_compared([c.skipped for _, c in every if c.skipped])  # each failure is filed in its own gate
     if not compared:
-        return GateResult(comparison_name(kind), False,
-                          f"not compared: the ids of all {plural(skipped, 'case')} differ between two builds of the "
-                          "same chunks, so no difference could be told from noise (see 'repeatable builds')",
-                          family=kind, tested=False)
+        return GateResult(comparison_name(kind), False, f"not compared: {reasons}", family=kind, tested=False)
     if all(o.error for o, _ in compared) and not generated:  # the case's own search never answered
         return GateResult(comparison_name(kind), False,
                           f"not tested: {no_answer(len(compared), 'case')} on one of the two builds, so nothing was compared: "
@@ -186,7 +191,7 @@ def _comparison_gate(outcomes: Sequence[CaseOutcome], kind: str, mode: str,
     if mode == "exact" and largest:
         detail += f", largest score difference {largest:.6g}"
     if skipped:
-        detail += f"; {plural(skipped, 'case')} not compared (ids not reproducible)"
+        detail += f"; not compared: {reasons}"
     if generated_compared:
         detail += f"; {plural(generated_compared, 'generated request')}: {len(generated)} differ"
     return GateResult(name, not differing and not generated, detail, tuple(o.case.name for o, _ in differing),
@@ -207,15 +212,10 @@ def gate_names(config: GateConfig) -> tuple[tuple[str, str | None], ...]:
 
     Each comes with ``None``, or the setting that turns it off. The one list of gates, next to the
     rules that make them: a new gate is added here and in :func:`evaluate_gates`, and every report
-    and pytest item (:mod:`labsrc.testing.gate_items`) follows from the verdicts. ``search errors``
-    is listed, though a run holds it only when a search raised.
+    and pytest item (:mod:`labsrc.testing.gate_items`) follows from the verdicts. ``build errors`` and
+    ``search errors`` are listed, though a run holds them only when a build failed or a search raised.
     """
-    k = config.top_k
-    gates: list[tuple[str, str | None]] = [(f"recall@{k} {lane}", None) for lane in LANES]
-    if config.hybrid_rule == "off":
-        gates.append(("hybrid vs each lane", "hybrid_rule is 'off' in the gate config"))
-    else:
-        gates.append((f"hybrid {'>' if config.hybrid_rule == 'strict' else '>='} each lane", None))
+    gates = list(lane_gate_names(config))
     gates += [(f"{kind} exclusion", None) for kind in NEGATIVE_KINDS]
     gates += [("abstention", None), ("boundary on every returned id", None)]
     off = "noninterference is 'off' in the gate config" if config.noninterference == "off" else None
@@ -224,7 +224,7 @@ def gate_names(config: GateConfig) -> tuple[tuple[str, str | None], ...]:
                   None if config.concurrency else "concurrency is 0 in the gate config"))
     gates.append(("generated probes", None if config.probe_budget else "probe_budget is 0 in the gate config"))
     gates.append(("no process outlives its build", None))
-    gates += [("search errors", None), ("latency p50/p95", None)]
+    gates += [(BUILD_ERRORS, None), ("search errors", None), ("latency p50/p95", None)]
     return tuple(gates)
 
 
@@ -235,6 +235,7 @@ def evaluate_gates(
     probes: Probes | None = None,
     *,
     timed: bool = False,
+    other_errors: Sequence[tuple[str, str]] = (),
 ) -> list[GateResult]:
     """Every gate's verdict, in the lesson's table order (latency last, when measured).
 
@@ -242,6 +243,8 @@ def evaluate_gates(
     repeat and concurrency gates, and turns the rebuild and bait gates into a failing NOT TESTED
     when the canary shows that comparisons across builds prove nothing. ``timed`` says the run meant to
     time the cases: when none answered, the latency gate says NOT TESTED and fails the run.
+    ``other_errors`` are searches besides the cases' own that raised (a case at a ``recall_at`` k),
+    each ``(case name, finding)``: they fail the ``search errors`` gate too.
 
     No gate says PASS without an answer behind it: a gate whose every search raised, timed out or broke
     the contract says NOT TESTED and fails the run, whatever ``require_cases`` says.
@@ -249,58 +252,8 @@ def evaluate_gates(
     config = config or GateConfig()
     k = config.top_k
     recall = lane_recall(outcomes, k)
-    positives = [o for o in outcomes if o.case.kind == "positive"]
-    results: list[GateResult] = []
-    lanes_reported = all(o.lanes_reported for o in outcomes)
-    fused_only = "the retriever returns only its fused list, so its lanes cannot be measured"
-
-    answered_positives = [o for o in positives if not o.error]
-    no_positive_answer = (f"not tested: {no_answer(len(positives), 'positive case')}, so no recall was measured "
-                          "(see 'search errors')")
-    for lane in LANES:
-        name = f"recall@{k} {lane}"
-        if not positives:
-            results.append(not_tested(name, "recall", "positive cases", config))
-            continue
-        if not answered_positives:
-            results.append(GateResult(name, False, no_positive_answer, family="recall", tested=False))
-            continue
-        if lane != "hybrid" and not lanes_reported:
-            untested = not_tested(name, "recall", "", config, reason=fused_only)
-            if lane in config.min_recall:  # the config requires this lane: not measuring it fails
-                untested = GateResult(name, False, f"{fused_only}, but the config sets min_recall[{lane!r}]",
-                                      family="recall", tested=False)
-            results.append(untested)
-            continue
-        threshold = config.min_recall.get(lane)
-        missed = tuple(o.case.name for o in positives if recall_at_k(o.ids[lane], o.case.expected, k) < 1.0)
-        passed = threshold is None or recall[lane] >= threshold
-        bound = "reported only" if threshold is None else f">= {threshold:.2f}"
-        detail = f"{recall[lane]:.2f} ({bound}; {plural(len(positives), 'positive case')})"
-        failing = missed if threshold is not None and not passed else ()
-        findings = tuple(
-            f"case {o.case.name!r}: {[e for e in o.case.expected if e not in o.ids[lane][:k]]} not in {lane}'s top {k} "
-            f"(it returned {list(o.ids[lane][:k])})"
-            for o in positives if o.case.name in failing
-        )
-        results.append(GateResult(name, passed, detail, failing, family="recall", findings=findings))
-
-    if config.hybrid_rule != "off":
-        lanes_only = [recall[lane] for lane in LANES if lane != "hybrid"]
-        if config.hybrid_rule == "strict":
-            passed, relation = all(recall["hybrid"] > r for r in lanes_only), ">"
-        else:
-            passed, relation = all(recall["hybrid"] >= r for r in lanes_only), ">="
-        name = f"hybrid {relation} each lane"
-        if not positives:
-            results.append(not_tested(name, "hybrid", "positive cases", config))
-        elif not answered_positives:
-            results.append(GateResult(name, False, no_positive_answer, family="hybrid", tested=False))
-        elif not lanes_reported:
-            results.append(not_tested(name, "hybrid", "", config, reason=fused_only))
-        else:
-            detail = f"hybrid {recall['hybrid']:.2f} vs bm25 {recall['bm25']:.2f}, dense {recall['dense']:.2f}"
-            results.append(GateResult(name, passed, detail, family="hybrid"))
+    results: list[GateResult] = lane_gates(outcomes, config, recall)
+    reported = lanes_reported(outcomes)
 
     for kind in NEGATIVE_KINDS:
         group = [o for o in outcomes if o.case.kind == kind]
@@ -359,16 +312,22 @@ def evaluate_gates(
         results.append(generated_gate(generated))
     if probes is not None:
         results.append(leftovers_gate(probes))
+        failed = build_errors_gate(probes)  # a build that failed is its own finding, whichever probe it was made for
+        if failed is not None:
+            results.append(failed)
     raised = [o for o in outcomes if o.error]
-    if raised:
+    if raised or other_errors:
+        detail = f"{plural(len(raised), 'case')} of {len(outcomes)} raised" if raised else "every case answered"
+        if other_errors:
+            detail += f"; {plural(len(other_errors), 'other request')} raised (asked by a probe or for the Recall@k curve)"
+        failing = tuple(dict.fromkeys([o.case.name for o in raised] + [name for name, _ in other_errors if name]))
         results.append(GateResult(
-            "search errors", False, f"{plural(len(raised), 'case')} of {len(outcomes)} raised",
-            tuple(o.case.name for o in raised), family="errors",
-            findings=tuple(f"case {o.case.name!r}: {o.error}" for o in raised),
+            "search errors", False, detail, failing, family="errors",
+            findings=tuple(f"case {o.case.name!r}: {o.error}" for o in raised) + tuple(line for _, line in other_errors),
         ))
 
     if latency is not None:
-        results.append(_latency_gate(latency, config, stages_reported=lanes_reported))
+        results.append(_latency_gate(latency, config, stages_reported=reported))
     elif timed and outcomes:
         results.append(GateResult("latency p50/p95", False, f"not tested: {no_answer(len(outcomes), 'case')}, "
                                   "so nothing was timed", family="latency", tested=False))

@@ -78,6 +78,7 @@ def release_gate(
     measure: bool = True,
     progress: Progress | None = None,
     stored: Sequence[PolicyChunk] | None = None,
+    recall_at: Sequence[int] = (),
 ) -> GateRun:
     """Replay the cases on a built retriever, evaluate every gate and (with ``measure``) time the stages.
 
@@ -86,13 +87,15 @@ def release_gate(
     report never describes a different fusion than the one that ran. ``stored``
     is every stored chunk (default: ``retriever.chunks``), for the boundary gate.
     The noninterference gates need to rebuild the retriever: use :func:`gate_retriever`.
+    ``recall_at`` (e.g. ``(1, 2, 5, 10)``) also measures each lane's Recall@k at those k
+    (``run.recall_curve``, :mod:`~labsrc.gate.recall_curve`).
     """
     config = config or GateConfig()
     check_same_fusion(getattr(retriever, "rrf_k", None), config)
     _check_cases(cases)
     chunks = tuple(stored_chunks(retriever, stored).values())
     plan = plan_gate(chunks, as_caller_map(callers), cases, config, on_date or config.eval_date(),
-                     label=type(retriever).__name__, measure=measure, rebuilds=False)
+                     label=type(retriever).__name__, measure=measure, rebuilds=False, recall_at=recall_at)
     return judge(plan, run_plan(plan, Prebuilt(retriever), rules_now, progress))
 
 
@@ -108,6 +111,7 @@ def gate_retriever(
     measure: bool = True,
     progress: Progress | None = None,
     label: str | None = None,
+    recall_at: Sequence[int] = (),
 ) -> GateRun:
     """Judge any retriever by its factory: every gate, plus the probes that need builds of their own.
 
@@ -132,6 +136,9 @@ def gate_retriever(
        over the caller's permitted chunks only (asked the cases and the generated
        requests of that caller and date) and one with bait added.
 
+    With ``recall_at`` (e.g. ``(1, 2, 5, 10)``) the main build is also asked every positive case
+    at each of those k, for each lane's Recall@k curve (``run.recall_curve``).
+
     The first answer settles the contract: a shape the gate cannot read stops the run
     with :class:`~labsrc.evaluation.subject.SubjectError`. When the builds end, every
     process they left running is killed and named (:mod:`~labsrc.gate.reaping`), and
@@ -142,10 +149,13 @@ def gate_retriever(
     between the two builds of the same chunks are not compared; scores that differ
     make the comparisons use ids and order only.
 
-    A factory that raises (anything, ``SystemExit`` included) or does not return
-    in time while building the full corpus raises
-    :class:`~labsrc.evaluation.subject.SubjectError` naming the user's file and
-    line. ``PolicyRetriever`` and ``PostgresRetriever`` are factories as they are::
+    A factory that cannot be imported, or returns something with no ``search``, raises
+    :class:`~labsrc.evaluation.subject.SubjectError` (the gate's input). A build that
+    fails (the factory raised anything, ``SystemExit`` and the lab's own errors included,
+    did not return in time, or its worker ended), and a search that raises, are findings
+    of the run: the ``build errors`` and ``search errors`` gates. When the main build
+    fails, no case is asked: the run holds ``build errors`` and the cleanup gate, and
+    ``run.unbuilt`` is the build's error. ``PolicyRetriever`` and ``PostgresRetriever`` are factories as they are::
 
         run = gate_retriever(PolicyRetriever, data.chunks, data.callers, data.cases, data.vectors)
     """
@@ -154,6 +164,7 @@ def gate_retriever(
     if vectors is not None and not isinstance(vectors, DenseSource):
         vectors = as_dense_source(vectors)  # a bare encoder: the factory, and the bait, get a dense source
     plan = plan_gate(tuple(chunk_lookup(chunks).values()), as_caller_map(callers), cases, config,
-                     on_date or config.eval_date(), vectors, label=label or factory_name(factory), measure=measure)
+                     on_date or config.eval_date(), vectors, label=label or factory_name(factory), measure=measure,
+                     recall_at=recall_at)
     with reaping.keep_watchdog():  # one watchdog for the run's builds, gone when the run ends
         return judge(plan, run_plan(plan, Builder(factory, config), rules_now, progress))

@@ -16,7 +16,10 @@
 * **rebuild** and **bait**: each case's main answer against its (caller, date)'s build
   (:func:`~labsrc.gate.noninterference.compare_observations`); a bait chunk that came back
   is a boundary violation of its case;
-* **generated**: :func:`~labsrc.gate.generated.judge_generated`.
+* **generated**: :func:`~labsrc.gate.generated.judge_generated`;
+* **errors**: every build after the main one that failed, and every search a probe asked that raised,
+  whatever it raised, each its own finding (the ``build errors`` and ``search errors`` gates); a comparison
+  they kept from being made is not compared (it says why and where the failure is filed), never a difference.
 
 The findings then meet the gate rules (:func:`~labsrc.gate.gate_rules.evaluate_gates`),
 and the run's verdicts are a :class:`~labsrc.gate.verdicts.GateRun`. The runner asks
@@ -31,8 +34,10 @@ from dataclasses import dataclass, replace
 from labsrc.boundary import block_reasons
 from labsrc.evaluation.subject import Observation, Request
 from labsrc.gate.answers import Answers
-from labsrc.gate.config import GateConfig
+from labsrc.gate.config import LANES, GateConfig
 from labsrc.gate.gate_rules import evaluate_gates
+from labsrc.gate.lane_rules import omitted_gates
+from labsrc.gate.recall_curve import recall_curve
 from labsrc.gate.generated import GeneratedCheck, judge_generated
 from labsrc.gate.bait import bait_markers
 from labsrc.gate.noninterference import (
@@ -43,6 +48,7 @@ from labsrc.gate.noninterference import (
     without_fields,
 )
 from labsrc.gate.outcomes import CaseOutcome, case_outcome, lane_recall
+from labsrc.gate.probe_rules import build_errors_gate, leftovers_gate
 from labsrc.gate.plan import CANARY_CODE, CANARY_WITHHELD, BuildStep, GatePlan, Phase, phase_key
 from labsrc.gate.probes import (
     CONCURRENCY_ROUNDS,
@@ -61,6 +67,15 @@ from labsrc.records.policy import Caller, PolicyChunk
 __all__ = ["Rules", "judge", "rules_now"]
 
 _UNSTABLE = "its ids and order differ between two builds of the same chunks (see 'repeatable builds')"
+
+#: Why a comparison was not made when a build failed or a search raised: each failure is filed once, in its own gate.
+_BUILD_FAILED = "its build failed (see 'build errors')"
+_RAISED_ON_MAIN = "its search raised on the main build (see 'search errors')"
+
+#: The gate each kind of build is made for, as the 'build errors' and 'search errors' findings name it.
+_MADE_FOR = {"cases": "the cases", "repeat": "repeatable builds", "canary": "factory indexes what it is handed",
+             "rebuild": "noninterference by rebuild", "bait": "noninterference by bait",
+             "concurrency": "same answers under concurrent requests", "generated": "generated probes"}
 
 
 @dataclass(frozen=True)
@@ -103,7 +118,7 @@ def _repeat(plan: GatePlan, answers: Answers) -> Repeatability | None:
     if step is None or step.name not in answers.made:
         return None
     if step.name in answers.failed:
-        return Repeatability(0, error=answers.failed[step.name])
+        return Repeatability(0, error="the second build of the same chunks failed (see 'build errors')")
     top = _main_answers(plan, answers)
     # A case that raised on the main build was not asked again: it keeps that error.
     again = [answers.got.get(a.key, top[a.index]) for a in step.asks()]
@@ -121,15 +136,15 @@ def _canary(plan: GatePlan, answers: Answers) -> CanaryCheck | None:
                        withheld=None if withheld is None else withheld[1],
                        withheld_case=None if withheld is None else plan.cases[withheld[0]].name)
     if step.name in answers.failed:
-        return replace(base, error=answers.failed[step.name])
+        return replace(base, error=_BUILD_FAILED)
     answer = answers.got[CANARY_CODE]
     if answer.error:
-        return replace(base, error=f"the search for the canary raised {answer.error}")
+        return replace(base, error="the search for the canary's own code raised (see 'search errors')")
     rank = None
     if withheld is not None:
         deep = answers.got[CANARY_WITHHELD]
         if deep.error:
-            return replace(base, error=f"case {base.withheld_case!r} raised {deep.error} on the canary build")
+            return replace(base, error=f"case {base.withheld_case!r} raised on the canary build (see 'search errors')")
         rank = withheld_rank(deep, withheld[1])
     return replace(base, returned=answer.ids("hybrid"), withheld_rank=rank)
 
@@ -198,9 +213,11 @@ def _comparisons(plan: GatePlan, answers: Answers, top: Sequence[Observation], r
             if case.name in unstable:
                 target[i] = Comparison(kind, mode, skipped=_UNSTABLE)
             elif step.name in answers.failed:
-                target[i] = Comparison(kind, mode, error=answers.failed[step.name])
+                target[i] = Comparison(kind, mode, skipped=_BUILD_FAILED)
             elif top[i].error:
-                target[i] = Comparison(kind, mode, error=f"the full build raised {top[i].error}")
+                target[i] = Comparison(kind, mode, skipped=_RAISED_ON_MAIN)
+            elif answers.got[a.key].error:
+                target[i] = Comparison(kind, mode, skipped=f"its search raised on the build {step.what} (see 'search errors')")
             elif kind == "rebuild":
                 target[i] = compare_observations(answers.got[a.key], top[i], kind=kind, mode=mode,
                                                  ignore_fields=noisy, stored=stored)
@@ -240,8 +257,65 @@ def _generated(plan: GatePlan, answers: Answers, stored: Mapping[str, PolicyChun
                            not_compared=_why_not_compared(plan.config, canary, repeat))
 
 
+def _failed_builds(plan: GatePlan, answers: Answers) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each build after the main one that failed, as ``(line, cases)``: the 'build errors' gate's findings.
+
+    The line names the build, the gate it was made for and the build's own error (the factory, what it was
+    handed, how many chunks, the exception and the user's file:line); ``cases`` the cases it was to answer.
+    """
+    out = []
+    for step in plan.builds:
+        if step.name in answers.failed and not step.required:
+            cases = tuple(dict.fromkeys(plan.cases[a.index].name for a in step.asks()
+                                        if a.probe == step.probe and a.index >= 0))
+            out.append((f"build {step.name!r}, made for {_MADE_FOR[step.probe]!r}: {answers.failed[step.name]}", cases))
+    return tuple(out)
+
+
+def _probe_search_errors(plan: GatePlan, answers: Answers) -> tuple[tuple[str, str], ...]:
+    """``(case name, line)`` per search of a probe that raised or timed out, the name ``""`` when it asked no case:
+    the 'search errors' gate's findings besides the cases' own (their outcomes' errors) and the Recall@k curve's.
+
+    A line names the case (or the generated request, its query as reports print it), the build when it is not
+    the main one, the gate the search was made for, and the error (its class, message and the user's file:line).
+    """
+    lines: list[tuple[str, str]] = []
+    for step in plan.builds:
+        where = "" if step.required else f" on build {step.name!r} ({step.what})"
+        for a in step.asks():
+            answer = answers.got.get(a.key)
+            if answer is None or not answer.error or a.probe in ("cases", "recall", "latency"):
+                continue
+            made_for = _MADE_FOR.get(a.probe, a.probe)
+            if a.probe == "generated" and plan.generated is not None:
+                lines.append(("", f"{plan.generated.asked[a.index].describe()}{where}, for {made_for!r}: {answer.error}"))
+            elif a.index >= 0 or a.key == CANARY_WITHHELD:
+                name = plan.cases[a.index if a.index >= 0 else answers.withheld[step.name][0]].name
+                lines.append((name, f"case {name!r}{where}, for {made_for!r}: {answer.error}"))
+            else:  # the canary's own code
+                lines.append(("", f"the canary's own code{where}, for {made_for!r}: {answer.error}"))
+    return tuple(dict.fromkeys(lines))  # a case asked 4 times at once that raised each time is one line
+
+
+def _unbuilt(plan: GatePlan, answers: Answers) -> GateRun:
+    """The main build failed (the factory raised, ran out of time, or its worker ended): no request was asked,
+    so the run holds the build's own finding ('build errors', naming every case it left unasked) and what the
+    build left running. Every other gate was not evaluated: a pytest item names it, and none passes."""
+    main = plan.builds[0]
+    line = f"build {main.name!r} ({main.what}, {len(main.chunks)} chunks), made for every gate: {answers.failed[main.name]}"
+    probes = Probes(builds=answers.builds, restarts=answers.restarts, noninterference=plan.rebuilds,
+                    leftovers=answers.leftovers, output=answers.output, containment=answers.containment,
+                    failed_builds=((line, tuple(case.name for case in plan.cases)),))
+    gates = (build_errors_gate(probes), leftovers_gate(probes))
+    return GateRun(config=plan.config, on_date=plan.on_date, outcomes=(), gates=tuple(g for g in gates if g),
+                   recall={lane: 0.0 for lane in LANES}, versions={}, dense_model={}, subject=plan.label,
+                   probes=probes, unbuilt=answers.failed[main.name])
+
+
 def judge(plan: GatePlan, answers: Answers) -> GateRun:
     """Every answer of the run judged (see the module docs), then every gate's verdict."""
+    if plan.builds and plan.builds[0].name in answers.failed:
+        return _unbuilt(plan, answers)
     config, stored = plan.config, {c.chunk_id: c for c in plan.stored}
     top = _main_answers(plan, answers)
     outcomes = [
@@ -251,6 +325,7 @@ def judge(plan: GatePlan, answers: Answers) -> GateRun:
     ]
     dense_model = dict(answers.info.get("dense_model") or {}) or dict(getattr(plan.vectors, "model", None) or {})
     mode = probes = None
+    probe_errors = _probe_search_errors(plan, answers)  # a search any probe asked that raised is its own finding
     if plan.rebuilds:
         repeat, canary = _repeat(plan, answers), _canary(plan, answers)
         if repeat is not None:
@@ -272,8 +347,16 @@ def judge(plan: GatePlan, answers: Answers) -> GateRun:
         probes = Probes(canary=canary, repeat=repeat, concurrency=concurrency, builds=answers.builds,
                         restarts=answers.restarts, noninterference=config.noninterference != "off",
                         generated=_generated(plan, answers, stored, canary, repeat, mode),
-                        leftovers=answers.leftovers, output=answers.output, containment=answers.containment)
-    gates = evaluate_gates(outcomes, config, answers.latency, probes, timed=plan.measure)
+                        leftovers=answers.leftovers, output=answers.output, containment=answers.containment,
+                        failed_builds=_failed_builds(plan, answers),
+                        search_errors=tuple(line for _, line in probe_errors))
+    curve = recall_curve(plan.recall_at, outcomes, answers.got, config.top_k) if plan.recall_at else None
+    raised = tuple((plan.cases[a.index].name, f"case {plan.cases[a.index].name!r} at k={a.request.top_k} "  # type: ignore[union-attr]
+                    f"(Recall@k curve): {answers.got[a.key].error}")
+                   for a in plan.asks("recall") if a.key in answers.got and answers.got[a.key].error)
+    raised += probe_errors
+    gates = evaluate_gates(outcomes, config, answers.latency, probes, timed=plan.measure, other_errors=raised)
     return GateRun(config=config, on_date=plan.on_date, outcomes=tuple(outcomes), gates=tuple(gates),
                    recall=lane_recall(outcomes, config.top_k), versions=answers.versions, dense_model=dense_model,
-                   latency=answers.latency, subject=plan.label, noninterference=mode, probes=probes)
+                   latency=answers.latency, subject=plan.label, noninterference=mode, probes=probes,
+                   omitted=omitted_gates(outcomes, config), recall_curve=curve)

@@ -8,7 +8,8 @@ findings and verdicts. Every probe is an entry of the plan:
 ==================  ===================================================================
 build               what it is asked (probe), and why
 ==================  ===================================================================
-main                every case at ``top_k`` and as deep as the corpus (``cases``); every
+main                every case at ``top_k`` and as deep as the corpus (``cases``); each
+                    positive case at every k of ``recall_at`` (``recall``); every
                     case again, timed (``latency``); every case alone, then every case
                     from many threads at once, callers interleaved (``concurrency``);
                     the made-up requests of :mod:`~labsrc.gate.generate` (``generated``)
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -53,6 +54,7 @@ from labsrc.gate.config import GateConfig
 from labsrc.gate.generate import ProbePlan, plan_probes, probe_vectors
 from labsrc.gate.generated import GIVE_UP_AFTER, request_of
 from labsrc.gate.verdicts import plural
+from labsrc.gate.recall_curve import check_recall_at, recall_key
 from labsrc.gate.probes import CONCURRENCY_ROUNDS, canary_chunk, canary_vectors, interleaved, pick_canary_caller
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.cases import Case
@@ -165,6 +167,7 @@ class GatePlan:
     generated: ProbePlan | None = None
     measure: bool = True
     rebuilds: bool = True
+    recall_at: tuple[int, ...] = ()  # the k of the Recall@k curves (:mod:`~labsrc.gate.recall_curve`)
 
     def step(self, probe: str) -> BuildStep | None:
         return next((b for b in self.builds if b.probe == probe), None)
@@ -228,12 +231,18 @@ def _request(case: Case, callers: Mapping[str, Caller], on_date: dt.date, top_k:
 
 
 def _main(cases: Sequence[Case], callers: Mapping[str, Caller], on_date: dt.date, config: GateConfig, depth: int,
-          top: Sequence[Request], measure: bool, rebuilds: bool, generated: ProbePlan | None) -> tuple[Phase, ...]:
+          top: Sequence[Request], measure: bool, rebuilds: bool, generated: ProbePlan | None,
+          recall_at: tuple[int, ...]) -> tuple[Phase, ...]:
     phases = [Phase("cases", "in turn", tuple(a for i, case in enumerate(cases) for a in (
         Ask(f"case {i}", top[i], "cases", i, counts=False),
         Ask(f"case {i} deep", _request(case, callers, on_date, depth, payload=False), "cases", i, after=f"case {i}"),
     )), "every case at top_k, and as deep as the corpus so that a hidden id below top_k still counts",
         progress="cases")]
+    curve = tuple(Ask(recall_key(i, k), replace(top[i], top_k=k, payload=False), "recall", i, after=f"case {i}")
+                  for i, case in enumerate(cases) if case.kind == "positive" for k in recall_at if k != config.top_k)
+    if curve:
+        phases.append(Phase("recall", "in turn", curve, "every positive case at each k of recall_at, for the "
+                            "Recall@k curves (at top_k, the case's own answer)"))
     if measure:
         phases.append(Phase("latency", "timed", tuple(
             Ask(f"time {i}", top[i], "latency", i, after=f"case {i} deep") for i in range(len(cases))),
@@ -327,12 +336,15 @@ def plan_gate(
     label: str,
     measure: bool = True,
     rebuilds: bool = True,
+    recall_at: Sequence[int] = (),
 ) -> GatePlan:
     """Every build of a gate run and every request asked of each (see the module docs).
 
     ``rebuilds`` is False for a retriever already built (it cannot be built again): the plan
-    then holds the main build's cases and timing only.
+    then holds the main build's cases and timing only. ``recall_at`` adds the main build's
+    ``recall`` phase: every positive case at each of those k (:mod:`~labsrc.gate.recall_curve`).
     """
+    recall_at = check_recall_at(recall_at)
     for case in cases:
         if case.caller not in callers:
             raise InvalidArgument(f"case {case.name!r} names unknown caller {case.caller!r}; known: {sorted(callers)}")
@@ -343,7 +355,7 @@ def plan_gate(
                                 top_k=config.top_k, min_coverage=config.min_coverage)
         vectors = probe_vectors(vectors, generated, stored)
     top = [_request(case, callers, on_date, config.top_k) for case in cases]  # each case as its caller asks it
-    phases = _main(cases, callers, on_date, config, depth, top, measure, rebuilds, generated)
+    phases = _main(cases, callers, on_date, config, depth, top, measure, rebuilds, generated, recall_at)
     builds = [BuildStep("main", "cases", "every stored chunk", stored, vectors, phases,
                         "the retriever as it ships: every stored chunk, hidden ones included", required=True)]
     if rebuilds and config.noninterference != "off":
@@ -357,4 +369,4 @@ def plan_gate(
             builds.append(canary)
         builds += _comparisons(stored, cases, callers, on_date, config, vectors, generated)
     return GatePlan(label, on_date, config, stored, MappingProxyType(dict(callers)), tuple(cases), tuple(builds),
-                    vectors, generated, measure, rebuilds)
+                    vectors, generated, measure, rebuilds, recall_at)

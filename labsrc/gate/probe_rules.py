@@ -14,8 +14,11 @@ from labsrc.gate.outcomes import CaseOutcome
 from labsrc.gate.probes import Probes
 from labsrc.gate.verdicts import GateResult, plural
 
-__all__ = ["canary_gate", "comparison_name", "concurrency_gate", "generated_gate", "leftovers_gate", "no_answer",
-           "repeat_gate", "untrusted_gate"]
+__all__ = ["BUILD_ERRORS", "build_errors_gate", "canary_gate", "comparison_name", "concurrency_gate", "generated_gate",
+           "leftovers_gate", "no_answer", "not_compared", "repeat_gate", "untrusted_gate"]
+
+#: The gate of builds that failed; a run holds it only when one did (like 'search errors').
+BUILD_ERRORS = "build errors"
 
 
 def comparison_name(kind: str) -> str:
@@ -25,6 +28,30 @@ def comparison_name(kind: str) -> str:
 def no_answer(count: int, noun: str) -> str:
     """``every search of the 3 cases raised or timed out``: why a gate has no evidence behind it."""
     return f"every search of the {plural(count, noun)} raised, timed out or broke the contract"
+
+
+def not_compared(reasons: Sequence[str]) -> str:
+    """Why cases were not compared, one clause per reason with its count: ``2 cases: its build failed (see ...)``."""
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        counts[reason] = counts.get(reason, 0) + 1
+    return "; ".join(f"{plural(n, 'case')}: {reason}" for reason, n in counts.items())
+
+
+def build_errors_gate(probes: Probes) -> GateResult | None:
+    """FAIL naming every build that failed, whichever probe it was made for; None when none did.
+
+    A failed build is its own finding: the gates it was made for say their cases were not compared and point
+    here. When the main build fails, the run stops there and this is its finding (exit 1: what the retriever
+    did, never the gate's input).
+    """
+    if not probes.failed_builds:
+        return None
+    failing = tuple(dict.fromkeys(case for _, cases in probes.failed_builds for case in cases))
+    detail = (f"{len(probes.failed_builds)} of {plural(probes.builds, 'build')} failed (raised, timed out or ended "
+              "while building), so the requests made for them were not asked")
+    return GateResult(BUILD_ERRORS, False, detail, failing, family="builds",
+                      findings=tuple(line for line, _ in probes.failed_builds))
 
 
 def generated_gate(check: GeneratedCheck) -> GateResult:
@@ -60,9 +87,12 @@ def canary_gate(probes: Probes) -> GateResult:
 
 
 def untrusted_gate(kind: str, probes: Probes) -> GateResult:
-    """A rebuild or bait gate whose comparison was not made: the factory failed the canary."""
+    """A rebuild or bait gate whose comparison was not made: the factory failed the canary, or its build or
+    search failed so that nothing showed the factory indexes what it is handed."""
+    why = ("could not be shown to index what it is handed" if probes.canary is not None and probes.canary.error
+           else "does not index what it is handed")
     return GateResult(comparison_name(kind), False,
-                      "not compared: the factory does not index what it is handed (see 'factory indexes what it is "
+                      f"not compared: the factory {why} (see 'factory indexes what it is "
                       "handed'), so builds over other chunks prove nothing", family=kind, tested=False)
 
 
@@ -70,9 +100,9 @@ def repeat_gate(probes: Probes, mode: str) -> GateResult:
     name = "repeatable builds"
     repeat = probes.repeat
     assert repeat is not None
-    if repeat.error is not None:
-        return GateResult(name, False, f"the second build failed: {repeat.error}", family="repeat", tested=False,
-                          findings=(repeat.error,))
+    if repeat.error is not None:  # filed under 'build errors', not here
+        return GateResult(name, False, f"not tested: {repeat.error}",
+                          family="repeat", tested=False)
     if repeat.compared == 0:
         return GateResult(name, False, "no case answered on both builds, so nothing could be compared",
                           family="repeat", tested=False)

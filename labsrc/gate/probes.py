@@ -284,7 +284,12 @@ class Probes:
     processes builds left running (the gate killed them; ``None`` where they cannot be found, without
     ``/proc``), ``containment`` what held them (:func:`~labsrc.gate.containment.containment_kind`),
     ``output`` what each build printed (never mixed into the verdict lines); ``builds`` counts the builds the run made (each in its own worker
-    process) and ``restarts`` the builds made again after a search timed out.
+    process) and ``restarts`` the builds made again after a search timed out. ``failed_builds`` holds one
+    ``(line, cases)`` per build after the main one that failed (raised, timed out, ended): the line names the
+    build, the gate it was made for, what it was handed and the error; ``cases`` those whose requests it was to
+    answer. ``search_errors`` holds one line per search of a probe (repeat, canary, concurrency, rebuild, bait,
+    generated) that raised or timed out: each is its own finding ('build errors', 'search errors'), whichever
+    probe asked for it, never a difference the probe's own gate reports.
     """
 
     canary: CanaryCheck | None = None
@@ -297,6 +302,8 @@ class Probes:
     leftovers: tuple[str, ...] | None = ()
     output: tuple[tuple[str, str], ...] = ()
     containment: str | None = None
+    failed_builds: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    search_errors: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -309,4 +316,6 @@ class Probes:
             "leftovers": None if self.leftovers is None else list(self.leftovers),
             "containment": self.containment,
             "printed": [what for what, _ in self.output],
+            "failed_builds": [line for line, _ in self.failed_builds],
+            "search_errors": list(self.search_errors),
         }

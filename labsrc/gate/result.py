@@ -16,6 +16,7 @@ from labsrc.evaluation.latency import LatencyReport
 from labsrc.gate.config import GateConfig
 from labsrc.gate.outcomes import CaseOutcome
 from labsrc.gate.probes import Probes
+from labsrc.gate.recall_curve import RecallCurve
 from labsrc.gate.verdicts import GateResult
 
 __all__ = ["GateRun"]
@@ -28,7 +29,8 @@ class GateRun:
     ``subject`` names what was judged (``"memory"``, ``"postgres"``, or a
     plug-in's ``module:factory``); ``noninterference`` is the comparison mode the
     rebuild and bait gates used, or ``None`` when they did not run; ``probes``
-    holds what the canary, repeat and concurrency probes found (a factory's run only).
+    holds what the canary, repeat and concurrency probes found (a factory's run only);
+    ``omitted`` the lane gates not made, with the reason; ``recall_curve`` Recall@k at each k asked for.
     """
 
     config: GateConfig
@@ -42,10 +44,17 @@ class GateRun:
     subject: str = ""
     noninterference: str | None = None
     probes: Probes | None = None
+    #: Lane gates the run did not make (a fused-list-only retriever), each with the reason: :mod:`~labsrc.gate.lane_rules`.
+    omitted: tuple[tuple[str, str], ...] = ()
+    #: Recall@k at every k the run was asked for (``recall_at``), or None: :mod:`~labsrc.gate.recall_curve`.
+    recall_curve: RecallCurve | None = None
+    #: The main build's error when it failed (the run then holds only 'build errors' and cleanup), else None.
+    unbuilt: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "outcomes", tuple(self.outcomes))
         object.__setattr__(self, "gates", tuple(self.gates))
+        object.__setattr__(self, "omitted", tuple((str(n), str(r)) for n, r in self.omitted))
         object.__setattr__(self, "recall", MappingProxyType(dict(self.recall)))
         object.__setattr__(self, "versions", MappingProxyType(dict(self.versions)))
         object.__setattr__(self, "dense_model", MappingProxyType(dict(self.dense_model)))

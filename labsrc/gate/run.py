@@ -24,6 +24,7 @@ from labsrc.evaluation.subject import (
     Observation,
     Request,
     Subject,
+    BuildError,
     SubjectError,
     observe_request,
     settle_contract,
@@ -190,7 +191,7 @@ def _run_build(plan: GatePlan, step: BuildStep, builder: Builder | Prebuilt, ans
     try:
         build = builder.build(chunks + step.added, what, step.vectors)
     except SubjectError as exc:
-        if step.required:
+        if step.required and not isinstance(exc, BuildError):  # the factory could not even be imported: input
             raise
         answers.failed[step.name] = str(exc)
         return
@@ -248,6 +249,9 @@ def run_plan(plan: GatePlan, builder: Builder | Prebuilt, rules: Callable[[GateP
                 answers.skipped[step.name] = "not made: no request it holds may be asked"
                 continue
         _run_build(plan, step, builder, answers, allowed, progress)
+        if step.required and step.name in answers.failed:  # nothing to compare with, and nothing left to judge
+            answers.skipped.update({b.name: "not made: the main build failed" for b in plan.builds[1:]})
+            break
         if step.done is not None and progress is not None:
             progress(*step.done)
     answers.leftovers, answers.output = builder.aftermath()

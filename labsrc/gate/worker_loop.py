@@ -8,7 +8,7 @@ points ``TMPDIR`` at a folder the gate removes, sends its stdout and stderr to
 the build's capture file, enters a PID namespace of its own where it can (the
 factory then runs as the namespace's pid 2, :mod:`~labsrc.gate.containment`), calls the factory, and serves ``search``,
 ``concurrently``, ``versions`` and ``close`` requests until the pipe closes.
-Whatever user code raises, even ``SystemExit``, becomes the answer's error. It
+Whatever user code raises, even ``SystemExit`` or the lab's own ``LabError``, becomes the answer's error. It
 never ends by itself while the gate lives: it waits for the gate to stop and
 kill it, so that what it started is still in its tree when the gate looks
 (:func:`~labsrc.gate.reaping.contain`). It always ends in ``os._exit``, so
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from labsrc.errors import LabError
+from labsrc.errors import MissingDependency
 from labsrc.evaluation.subject import (
     Factory,
     Observation,
@@ -82,11 +82,14 @@ def _built_info(subject: Any, vectors: DenseSource | None) -> dict[str, Any]:
 
 
 def _observe_contained(subject: Any, request: Request) -> Observation:
-    """:func:`observe`, with ``SystemExit`` and ``KeyboardInterrupt`` from user code turned into the case's error."""
+    """:func:`observe`, with ``SystemExit`` and ``KeyboardInterrupt`` from user code turned into the case's error.
+
+    Everything a search raises is its request's error, the lab's own errors included: the gate checked
+    its input before any build, so a :class:`~labsrc.errors.LabError` here is what the retriever's code
+    raised (``labsrc.bm25_rank(..., top_k=0)``), judged as a failed search, never the end of the run.
+    """
     try:
         return observe_request(subject, request)
-    except LabError:
-        raise
     except BaseException as exc:  # SystemExit(0) from a plug-in must not end the worker as a success
         return Observation({"hybrid": ()}, None, {}, error=describe_exception(exc))
 
@@ -97,7 +100,6 @@ def _concurrently(subject: Any, requests: Sequence[Request], threads: int, send:
     lock = threading.Lock()
     position = iter(range(len(requests)))
     barrier = threading.Barrier(threads)
-    failure: list[BaseException] = []
 
     def serve() -> None:
         try:
@@ -109,11 +111,7 @@ def _concurrently(subject: Any, requests: Sequence[Request], threads: int, send:
                 i = next(position, None)
             if i is None:
                 return
-            try:
-                results[i] = plain_observation(_observe_contained(subject, requests[i]))
-            except BaseException as exc:  # a LabError: the lab's refusal of bad input
-                failure.append(exc)
-                results[i] = plain_observation(Observation({"hybrid": ()}, None, {}, error=describe_exception(exc)))
+            results[i] = plain_observation(_observe_contained(subject, requests[i]))
             send(("progress", None))
 
     workers = [threading.Thread(target=serve, daemon=True) for _ in range(threads)]
@@ -121,8 +119,6 @@ def _concurrently(subject: Any, requests: Sequence[Request], threads: int, send:
         worker.start()
     for worker in workers:
         worker.join()
-    if failure:
-        raise failure[0]
     return results
 
 
@@ -153,12 +149,15 @@ def _serve(conn: Connection, factory: Factory, chunks: tuple[PolicyChunk, ...], 
     except SubjectError as exc:  # MODULE:FACTORY imported here and failed: its own one line, as it is
         reply(("spec_error", str.__str__(str(exc))))
         return
+    except MissingDependency as exc:  # an extra not installed: the environment's, not the retriever's doing
+        reply(("build_refused", describe_exception(exc)))
+        return
     except BaseException as exc:
         reply(("build_error", describe_exception(exc)))
         return
-    if not callable(getattr(subject, "search", None)):
+    if not callable(getattr(subject, "search", None)):  # not a retriever at all: the plug-in contract, not a finding
         kind = type(subject).__name__
-        reply(("build_error", f"returned {kind}, which has no search(query, caller, on_date, top_k) method"))
+        reply(("build_refused", f"returned {kind}, which has no search(query, caller, on_date, top_k) method"))
         return
     reply(("built", _built_info(subject, vectors)))
     while True:
@@ -166,21 +165,18 @@ def _serve(conn: Connection, factory: Factory, chunks: tuple[PolicyChunk, ...], 
             op, payload = conn.recv()
         except (EOFError, OSError):
             return
-        try:
-            if op == "search":
-                reply(("result", plain_observation(_observe_contained(subject, payload))))
-            elif op == "concurrently":
-                requests, threads = payload
-                reply(("result", _concurrently(subject, requests, threads, send)))
-            elif op == "versions":
-                on_date, fallback = payload
-                reply(("result", subject_versions(subject, on_date, fallback)))
-            elif op == "close":
-                close_subject(subject)
-                reply(("closed", None))
-                return
-        except LabError as exc:
-            reply(("lab_error", (str.__str__(type(exc).__name__), str.__str__(str(exc)))))
+        if op == "search":
+            reply(("result", plain_observation(_observe_contained(subject, payload))))
+        elif op == "concurrently":
+            requests, threads = payload
+            reply(("result", _concurrently(subject, requests, threads, send)))
+        elif op == "versions":
+            on_date, fallback = payload
+            reply(("result", subject_versions(subject, on_date, fallback)))
+        elif op == "close":
+            close_subject(subject)
+            reply(("closed", None))
+            return
 
 
 def _capture_output(output_fd: int | None) -> None:

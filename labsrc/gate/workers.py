@@ -54,13 +54,11 @@ from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
-from labsrc import errors
-from labsrc.errors import LabError
 from labsrc.evaluation.plain import loads_plain
 from labsrc.gate import containment, reaping
 from labsrc.gate.capture import OUTPUT_LIMIT_BYTES, capture_file, read_capture
 from labsrc.gate.config import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_SEARCH_TIMEOUT_S, check_timeout
-from labsrc.evaluation.subject import Factory, Observation, Request, SubjectError, subject_name
+from labsrc.evaluation.subject import BuildError, Factory, Observation, Request, SubjectError, subject_name
 from labsrc.gate.worker_loop import run_worker, unplain_observation
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import PolicyChunk
@@ -84,13 +82,6 @@ def live_workers() -> int:
     return sum(1 for build in list(_LIVE) if build.alive and build._owner == me)
 
 
-def _lab_error(name: str, message: str) -> LabError:
-    cls = getattr(errors, name, None)
-    if isinstance(cls, type) and issubclass(cls, LabError) and cls is not errors.InvalidRecord:
-        return cls(message)
-    return LabError(message)
-
-
 class IsolatedBuild:
     """``factory(chunks, vectors)`` built in a fresh worker process, searched over a pipe, on a clock.
 
@@ -100,7 +91,8 @@ class IsolatedBuild:
     or breaks the contract gives an observation with ``error`` set; one that takes
     longer than ``search_timeout_s`` gives "timed out after N s", and the worker is
     killed; the next call builds again in a fresh worker (``restarts`` counts them).
-    The lab's own :class:`~labsrc.errors.LabError` (bad input) is raised again here.
+    What the retriever raised is its search's error whatever its class, the lab's own
+    :class:`~labsrc.errors.LabError` included: it is never raised again here.
 
     When a worker ends (:meth:`close`, or a kill after a timeout), two things
     are kept, over every restart: :attr:`leftovers`, the processes the factory
@@ -145,6 +137,7 @@ class IsolatedBuild:
         self._capture: int | None = None
         self._owner = os.getpid()  # a copy of this object in a forked child must not touch the worker
         self._broken: str | None = None  # why a restart failed: every later search reports it
+        self._asking = False  # a request was sent and its answer never read (Ctrl-C while a search ran)
         _LIVE.add(self)
         self._start()
 
@@ -207,23 +200,24 @@ class IsolatedBuild:
         except EOFError:
             status = self._kill()
             raise self._failed(f"{name}'s worker process ended while building ({self.what}){status}") from None
-        if kind == "spec_error":  # the module named by MODULE:FACTORY could not be imported in the worker
+        if kind == "spec_error":  # the module named by MODULE:FACTORY could not be imported in the worker: input
             self._kill()
-            raise self._failed(payload)
-        if kind == "build_error":
+            raise self._failed(payload, SubjectError)
+        if kind in ("build_error", "build_refused"):  # refused: a missing extra, or no search(): not a finding
             self._kill()
-            raise self._failed(f"{name} raised while building ({self.what}, {len(self.chunks)} chunks): {payload}")
+            raise self._failed(f"{name} raised while building ({self.what}, {len(self.chunks)} chunks): {payload}",
+                               BuildError if kind == "build_error" else SubjectError)
         if enter is not None and containment.namespace_of(pid) is None:
             self.containment = "subreaper"  # the kernel refused this worker its namespace: it built as the subreaper
         self.info = payload
 
-    def _failed(self, message: str) -> SubjectError:
+    def _failed(self, message: str, kind: type[SubjectError] = BuildError) -> SubjectError:
         """The build's error, carrying what its workers printed and left (``output``, ``leftovers``).
 
         A build that fails in ``__init__`` returns no object to read them from,
         and what a factory printed before it raised is often the reason.
         """
-        error = SubjectError(message)
+        error = kind(message)
         error.output = self.output  # type: ignore[attr-defined]
         error.leftovers = self.leftovers  # type: ignore[attr-defined]
         return error
@@ -258,6 +252,7 @@ class IsolatedBuild:
         if os.getpid() != self._owner:  # a fork of the gate (a worker, a user's child) holds a copy of this object
             return note
         pid, self._pid = self._pid, None
+        self._asking = False  # whatever was asked of this worker goes with it
         ended: int | None = None  # the wait status of the process that ran the factory, when it is not the worker
         if pid is not None:
             if reaping.SUPPORTED:
@@ -302,8 +297,12 @@ class IsolatedBuild:
         return note
 
     def close(self) -> None:
-        """Close the retriever in its worker (best effort, on a clock), then kill what is left. Idempotent."""
-        if self._conn is not None:
+        """Close the retriever in its worker (best effort, on a clock), then kill what is left. Idempotent.
+
+        A worker still busy with a request whose answer was never read (the gate was interrupted while a
+        search ran) cannot close before that search ends: it is killed at once, not after the grace period.
+        """
+        if self._conn is not None and not self._asking:
             try:
                 self._conn.send(("close", None))
                 self._receive(_CLOSE_GRACE_S)
@@ -326,16 +325,16 @@ class IsolatedBuild:
 
     # -- requests -----------------------------------------------------------------------------
     def _call(self, op: str, payload: Any, timeout: float, on_progress: Callable[[], None] | None = None) -> Any:
-        """Send one request and return its result; TimeoutError, EOFError or the lab's own error."""
+        """Send one request and return its result; TimeoutError or EOFError when none came."""
         if self._conn is None:
             raise EOFError
         try:
             self._conn.send((op, payload))
         except OSError:
             raise EOFError from None
-        kind, result = self._receive(timeout, on_progress)
-        if kind == "lab_error":
-            raise _lab_error(*result)
+        self._asking = True
+        _, result = self._receive(timeout, on_progress)
+        self._asking = False
         return result
 
     def _ensure(self) -> str | None:

@@ -14,8 +14,10 @@ from labsrc.reports.plots import (
     LANE_COLORS,
     plot_latency,
     plot_recall,
+    plot_recall_curves,
     save_figure,
 )
+from labsrc.reports.frames import curve_frame
 from labsrc.reports.report import (
     candidates_frame,
     cases_frame,
@@ -37,6 +39,7 @@ __all__ = [
     "candidates_frame",
     "cases_frame",
     "compact_trace",
+    "curve_frame",
     "dense_model_label",
     "GATE_CLASSNAME",
     "gates_frame",
@@ -45,6 +48,7 @@ __all__ = [
     "latency_frame",
     "plot_latency",
     "plot_recall",
+    "plot_recall_curves",
     "recall_frame",
     "recall_significance",
     "report_dict",

@@ -26,6 +26,10 @@ from labsrc.errors import InvalidArgument
 from labsrc.gate.config import LANES
 from labsrc.gate.gates import GATE_TABLE, GateRun
 from labsrc.gate.verdicts import plural
+from labsrc.reports.frames import curve_frame, gates_frame, lane_note, omitted_lines, reported_lanes, untested_reasons
+
+#: The Recall@k curves' PNG beside the report (written only for a run with ``recall_at``).
+CURVE_FILE = "recall_curve.png"
 
 __all__ = ["dense_model_label", "report_html"]
 
@@ -102,12 +106,18 @@ def _verdict(run: GateRun) -> str:
     status = "PASS" if run.passed else "FAIL"
     text = f"{status}: {passing} of {plural(len(tested), 'tested gate' if untested else 'gate')} pass"
     if untested:
-        effect = "and fail the run (require_cases)" if run.config.require_cases else "and do not fail the run"
-        text += f"; {plural(len(untested), 'gate')} NOT TESTED (no cases) {effect}"
+        failing = sum(not g.passed for g in untested)
+        effect = ("and do not fail the run" if not failing else "and fail the run" if failing == len(untested)
+                  else f"({failing} fail the run)")
+        text += f"; {plural(len(untested), 'gate')} NOT TESTED {effect}"
     config = run.config
+    reasons = "".join(f"<li>{_e(line)}</li>" for line in untested_reasons(run))
+    omitted = "".join(f"<li>{_e(line)}</li>" for line in omitted_lines(run))
     return (
         f'<p class="verdict {status}">{_e(text)}</p>'
-        f"<p>Evaluated on {_e(run.on_date.isoformat())}"
+        + (f"<p>NOT TESTED, each for its own reason:</p><ul>{reasons}</ul>" if reasons else "")
+        + (f"<ul>{omitted}</ul>" if omitted else "")
+        + f"<p>Evaluated on {_e(run.on_date.isoformat())}"
         + (f" for retriever <code>{_e(run.subject)}</code>" if run.subject else "")
         + f": top_k {config.top_k}, rrf_k {_e(config.to_dict()['rrf_k'])}, "
         f"hybrid rule {_e(config.hybrid_rule)}, {plural(len(run.outcomes), 'case')}.</p>"
@@ -116,9 +126,9 @@ def _verdict(run: GateRun) -> str:
 
 def _gates(run: GateRun) -> str:
     rows = []
-    for g in run.gates:
-        failing = ", ".join(g.failing_cases or g.failing_stages) if not g.passed else ""
-        rows.append([_status_cell(g.status), _e(g.name), _e(g.detail), _e(failing or "—"),
+    frame = gates_frame(run)
+    for g, failing in zip(run.gates, frame["failing"]):
+        rows.append([_status_cell(g.status), _e(g.name), _e(g.detail), _e(failing if not g.passed and failing else "—"),
                      _e(GATE_TABLE.get(g.family, ("", ""))[1])])
     table = _table(["status", "gate", "detail", "failing", "what a failure means"], rows)
     findings = [(g, line) for g in run.gates if not g.passed for line in g.findings]
@@ -130,22 +140,37 @@ def _gates(run: GateRun) -> str:
 
 def _recall(run: GateRun, frame: pd.DataFrame, images: Mapping[str, bytes], significance: Sequence[str]) -> str:
     k = run.config.top_k
+    reported = reported_lanes(run)
     lanes = _table(
         ["lane", f"mean Recall@{k}", "gate threshold"],
-        [[_e(lane), f'<td class="num">{_num(run.recall[lane], 2)}</td>',
-          _num(run.config.min_recall.get(lane, "reported only"), 2)] for lane in LANES],
+        [[_e(lane), f'<td class="num">{_num(run.recall[lane], 2)}</td>' if lane in reported
+          else _e(lane_note(run, lane)), _num(run.config.min_recall.get(lane, "reported only"), 2)]
+         for lane in LANES],
     )
     if frame.empty:
         per_case = '<p class="muted">No positive cases: recall was not measured.</p>'
     else:
         per_case = _table(
-            ["positive case", *LANES],
+            ["positive case", *frame.columns],
             [[_e(name), *(f'<td class="num">{_num(float(v), 2)}</td>' for v in row)]
              for name, row in zip(frame.index, frame.to_numpy())],
         )
     tested = "".join(f"<p>{_e(line)}</p>" for line in significance)
     return (f"<h3>Per lane</h3>{lanes}{tested}<h3>Per positive case</h3>{per_case}"
-            + _image("recall.png", images, f"Recall@{k} per lane and positive case"))
+            + _image("recall.png", images, f"Recall@{k} per lane and positive case") + _curves(run, images))
+
+
+def _curves(run: GateRun, images: Mapping[str, bytes]) -> str:
+    """Recall@k at each k of the run's ``recall_at``: the table and the curves (nothing without ``recall_at``)."""
+    curve = curve_frame(run)
+    if curve is None:
+        return ""
+    table = _table(["lane", *(f"Recall@{k}" for k in curve.index)],
+                   [[_e(lane), *(f'<td class="num">{_num(float(v), 2)}</td>' for v in curve[lane])]
+                    for lane in curve.columns])
+    left_out = "".join(f"<li>{_e(line)}</li>" for line in curve.attrs["errors"])
+    return (f"<h3>Recall@k at each k ({_e(plural(curve.attrs['cases'], 'positive case'))})</h3>{table}"
+            + (f"<ul>{left_out}</ul>" if left_out else "") + _image(CURVE_FILE, images, "Recall@k curves per lane"))
 
 
 def _latency(run: GateRun, frame: pd.DataFrame, images: Mapping[str, bytes]) -> str:

@@ -20,10 +20,11 @@ from labsrc.errors import InvalidArgument
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["LANE_COLORS", "plot_latency", "plot_recall", "save_figure"]
+__all__ = ["LANE_COLORS", "plot_latency", "plot_recall", "plot_recall_curves", "save_figure"]
 
 #: One colour per lane, the same in every chart.
-LANE_COLORS: Mapping[str, str] = {"bm25": "#4C72B0", "dense": "#DD8452", "hybrid": "#55A868"}
+LANE_COLORS: Mapping[str, str] = {"bm25": "#4C72B0", "dense": "#DD8452", "hybrid": "#55A868", "rrf": "#55A868",
+                                   "convex": "#8172B3"}
 _STAT_COLORS = {"p50": "#8172B3", "p95": "#C44E52"}
 
 
@@ -86,6 +87,62 @@ def plot_recall(
     order = sorted(range(len(labels)), key=lambda n: labels[n] not in lanes)  # lanes first, then the threshold
     ax.legend([handles[n] for n in order], [labels[n] for n in order], loc="upper left", ncols=len(labels),
               fontsize=8, frameon=False, title="lane", title_fontsize=8, alignment="left")
+    fig.tight_layout()
+    return fig
+
+
+_MARKERS = ("o", "s", "^", "D", "v", "P")
+_STYLES = ("-", "--", "-.", ":")
+
+
+def plot_recall_curves(curves: pd.DataFrame, *, title: str | None = None, mark_k: int | None = None) -> Figure:
+    """One line per lane: mean Recall@k (y) at each k (x), the plot a design review compares.
+
+    ``curves`` has one row per k (the index, ascending) and one column per lane, as
+    :func:`labsrc.reports.frames.curve_frame` returns for a gate run and ``labsrc beir --recall-at``
+    for a benchmark; notebook 09 draws SciFact's with it. The x axis is logarithmic when the
+    deepest k is at least ten times the shallowest, and every k is a tick. ``mark_k`` draws a
+    dotted line at that k (the gate's ``top_k``: the point its recall gates judge). Every point
+    of the deepest k is labelled with its value (lanes that end on the same value share one label).
+    """
+    if not isinstance(curves, pd.DataFrame):
+        raise InvalidArgument(f"curves must be a pandas DataFrame, not {type(curves).__name__}")
+    if curves.empty or not len(curves.columns):
+        raise InvalidArgument("curves holds no k or no lane: nothing to draw")
+    ks = [int(k) for k in curves.index]
+    if any(k < 1 for k in ks) or ks != sorted(set(ks)):
+        raise InvalidArgument(f"curves' index must be distinct k >= 1 in ascending order, got {ks}")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.0, 3.8))
+    ends: dict[str, list[str]] = {}
+    for i, lane in enumerate(curves.columns):
+        values = curves[lane].to_numpy(dtype=float)
+        # Lines that coincide stay visible: each later lane is drawn thinner, with smaller markers, on top.
+        ax.plot(ks, values, marker=_MARKERS[i % len(_MARKERS)], markersize=max(9 - 2.5 * i, 3),
+                linewidth=max(2.6 - 0.8 * i, 1), linestyle=_STYLES[i % len(_STYLES)], label=str(lane),
+                color=LANE_COLORS.get(str(lane)))
+        ends.setdefault(f"{values[-1]:.2f}", []).append(str(lane))
+    # One label per distinct end value (naming the lanes that share it), top down, never closer than 0.05.
+    placed = float("inf")
+    for value, lanes in sorted(ends.items(), key=lambda item: -float(item[0])):
+        placed = min(float(value), placed - 0.05)
+        ax.annotate(f"{value} {', '.join(lanes)}" if len(lanes) > 1 else f"{value} {lanes[0]}",
+                    (ks[-1], placed), xytext=(6, 0), textcoords="offset points", va="center", fontsize=8,
+                    color=LANE_COLORS.get(lanes[0]) if len(lanes) == 1 else "black")
+    log = ks[-1] >= 10 * ks[0]
+    if log:
+        ax.set_xscale("log")
+    ax.set_xlabel("k (log scale)" if log else "k")
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.minorticks_off()
+    if mark_k is not None:
+        ax.axvline(mark_k, color="grey", linewidth=0.8, linestyle=":", label=f"top_k = {mark_k}")
+    ax.set_ylim(0, 1.05)
+    ax.set_xlim(right=ks[-1] * 2.2 if log else ks[-1] + 0.2 * (ks[-1] - ks[0] + 1))  # room for the end labels
+    ax.set_ylabel("Recall@k")
+    ax.set_title(title or "Recall@k per lane")
+    ax.legend(loc="lower right", fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
 

@@ -10,6 +10,7 @@ See ``docs/gate-in-pytest.md``. :func:`write_starter` writes the starter folder
 
 from labsrc.testing.gate_items import (
     ALL_GATES,
+    BUILD_ERRORS,
     expected_gates,
     FAILED,
     gate_id,
@@ -20,10 +21,11 @@ from labsrc.testing.gate_items import (
     SKIPPED,
 )
 from labsrc.testing.pytest_gate import GateSuite, gate_tests
-from labsrc.testing.starter import STARTER_FILES, STARTER_GATE_COMMAND, starter_files, write_starter
+from labsrc.testing.starter import STARTER_FILES, STARTER_GATE_COMMAND, starter_files, starter_page, write_starter
 
 __all__ = [
     "ALL_GATES",
+    "BUILD_ERRORS",
     "expected_gates",
     "FAILED",
     "gate_id",
@@ -37,5 +39,6 @@ __all__ = [
     "STARTER_FILES",
     "STARTER_GATE_COMMAND",
     "starter_files",
+    "starter_page",
     "write_starter",
 ]

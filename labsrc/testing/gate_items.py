@@ -12,6 +12,8 @@ FAIL                                      failed (the detail and every finding)
 NOT TESTED that fails the run             failed (a gate that could not be measured never passes)
 NOT TESTED that does not fail the run     skipped, with the reason and what case to add
 not run, by the config (``"off"``, 0)     skipped, naming the setting
+not made: a lane the retriever does not   skipped, with the reason (:mod:`~labsrc.gate.lane_rules`)
+report (a fused-list-only retriever)
 expected but absent from the run          failed (it was not measured, so it cannot pass)
 ========================================  ==========
 """
@@ -23,10 +25,12 @@ from dataclasses import dataclass
 
 from labsrc.gate.config import GateConfig
 from labsrc.gate.gate_rules import gate_names
+from labsrc.gate.probe_rules import BUILD_ERRORS
 from labsrc.gate.gates import GateRun
 
 __all__ = [
     "ALL_GATES",
+    "BUILD_ERRORS",
     "FAILED",
     "PASSED",
     "SEARCH_ERRORS",
@@ -44,6 +48,9 @@ ALL_GATES = "all gates"
 
 #: Present in a run only when a search raised; its item passes when none did.
 SEARCH_ERRORS = "search errors"
+
+#: :data:`BUILD_ERRORS` (``"build errors"``) is present in a run only when a build after the main one failed;
+#: its item passes when none did.
 
 @dataclass(frozen=True)
 class ItemOutcome:
@@ -68,7 +75,8 @@ def expected_gates(config: GateConfig) -> tuple[tuple[str, str | None], ...]:
 
     Each comes with ``None``, or the reason the config turns it off (the item is then skipped).
     The list is the gate rules' own (:func:`~labsrc.gate.gate_rules.gate_names`): a new gate needs no
-    edit here. :data:`SEARCH_ERRORS` is always listed: the run holds it only when a search raised.
+    edit here. :data:`SEARCH_ERRORS` and :data:`BUILD_ERRORS` are always listed: the run holds them only when
+    a search raised or a build failed.
     """
     return (*gate_names(config), (ALL_GATES, None))
 
@@ -97,8 +105,16 @@ def gate_outcome(run: GateRun, name: str, skipped_by_config: str | None = None) 
     if gate is None:
         if skipped_by_config is not None:
             return ItemOutcome(SKIPPED, f"{name}: not run, {skipped_by_config}")
+        omitted = dict(run.omitted)
+        if name in omitted:
+            return ItemOutcome(SKIPPED, f"{name}: not made, {omitted[name]}")
+        if run.unbuilt is not None:  # the main build failed: no case was asked, so nothing else can pass
+            return ItemOutcome(FAILED, f"NOT TESTED {name}: the main build failed, so no case was asked "
+                                       "(see 'build errors'); it cannot pass")
         if name == SEARCH_ERRORS:
             return ItemOutcome(PASSED, f"every search of the {len(run.outcomes)} cases answered")
+        if name == BUILD_ERRORS:
+            return ItemOutcome(PASSED, "every build the run made was built")
         why = " (no case answered, see 'search errors')" if name.startswith("latency") else ""
         return ItemOutcome(FAILED, f"NOT TESTED {name}: the run did not evaluate this gate{why}, so it cannot pass")
     if gate.tested and gate.passed:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -110,8 +110,10 @@ class GateSuite:
 
     def __init__(self, chunks: str, callers: str, cases: str, retriever: str | Factory,
                  vectors: str | None, config: GateConfig, *,
-                 load: Callable[[str], Factory] = partial(worker_factory, option=OPTION)) -> None:
+                 load: Callable[[str], Factory] = partial(worker_factory, option=OPTION),
+                 recall_at: Sequence[int] = ()) -> None:
         self.chunks, self.callers, self.cases, self.load = chunks, callers, cases, load
+        self.recall_at = tuple(recall_at)
         self.retriever, self.vectors, self.config = retriever, vectors, config
         self._run: GateRun | None = None
         self._error: BaseException | None = None
@@ -125,6 +127,7 @@ class GateSuite:
                 self._run = gate_from_files(
                     self.chunks, self.callers, self.cases, self.retriever, vectors=self.vectors, config=self.config,
                     warn=lambda note: warnings.warn(f"labsrc gate: {note}", UserWarning, stacklevel=2), load=self.load,
+                    recall_at=self.recall_at,
                 )
             except Exception as exc:  # kept, so the other items do not run a failing gate again
                 self._error = exc
@@ -146,6 +149,7 @@ def gate_tests(
     vectors: str | Path | None = None,
     config: str | Path | GateConfig | None = None,
     base: str | Path | None = None,
+    recall_at: Sequence[int] = (),
 ) -> Callable[..., None]:
     """A pytest test function with one item per gate; assign it to a ``test_*`` name in a test module.
 
@@ -153,7 +157,9 @@ def gate_tests(
     ``factory(chunks, vectors)`` (:mod:`~labsrc.evaluation.subject`). Relative
     paths are read from ``base``, by default the folder of the calling test file.
     The returned function's ``gate_run()`` gives the :class:`~labsrc.gate.gates.GateRun`
-    (say, to write a report from a fixture).
+    (say, to write a report from a fixture: ``labsrc.reports.write_report(test_release_gate.gate_run(), "reports/gate")``).
+    ``recall_at`` (e.g. ``(1, 2, 5, 10)``) measures each lane's Recall@k at those k too: the run's
+    ``recall_curve``, drawn in that report (``recall_curve.png``).
     """
     import pytest  # a test tool, not a runtime dependency: only a test suite calling this needs it
 
@@ -165,7 +171,7 @@ def gate_tests(
         gate_config, problem = GateConfig(), _message(exc)
     suite = GateSuite(_resolve(chunks, folder) or "", _resolve(callers, folder) or "", _resolve(cases, folder) or "",
                       _resolve_spec(retriever, folder), _resolve(vectors, folder), gate_config,
-                      load=partial(worker_factory, option=OPTION, folders=module_folders(folder)))
+                      load=partial(worker_factory, option=OPTION, folders=module_folders(folder)), recall_at=recall_at)
     gates = expected_gates(gate_config)
     reasons = dict(gates)
 
