@@ -118,7 +118,7 @@ def test_no_significance_line_compares_a_lane_that_was_not_reported() -> None:
     run = run_of(fused_only_run(config), config)
     # Twelve paired cases would be enough for a test; the note is about the missing lanes, not their number.
     assert significance_lines(recall_significance(run)) == [
-        f"no significance test: {FUSED_ONLY}, so there is no lane to compare the fused list with."]
+        "no significance test: the retriever returns only its fused list, so there is no lane to compare it with."]
     assert list(recall_frame(run).columns) == ["hybrid"]
     doc = report_dict(run)
     assert doc["recall"]["lanes"] == {"bm25": None, "dense": None, "hybrid": 1.0}

@@ -98,6 +98,7 @@ from labsrc.evaluation.significance import (
 )
 from labsrc.evaluation.subject import (
     build_subject,
+    BuildError,
     close_subject,
     describe_exception,
     Factory,
@@ -121,6 +122,7 @@ __all__ = [
     "BEIR_LANES",
     "BeirLanes",
     "BenchmarkResult",
+    "BuildError",
     "CURVE_KS",
     "BUDGET_STAGES",
     "build_subject",

@@ -93,8 +93,8 @@ def recall_significance(run: GateRun) -> SignificanceReport:
     metric = f"recall@{run.config.top_k}"
     if list(frame.columns) == ["hybrid"]:
         return SignificanceReport(metric, len(frame), DEFAULT_PERMUTATIONS, DEFAULT_SEED,
-                                  note=f"no significance test: {FUSED_ONLY}, so there is no lane to compare the "
-                                       "fused list with")
+                                  note="no significance test: the retriever returns only its fused list, so there is "
+                                       "no lane to compare it with")
     per_case = {lane: dict(zip(frame.index, frame[lane].tolist())) for lane in frame.columns}
     pairs = [(lane, "hybrid") for lane in frame.columns if lane != "hybrid"]
     return lane_significance(per_case, metric, pairs=pairs, unit="positive case")
