@@ -259,8 +259,10 @@ def test_a_folder_without_pages_and_a_missing_folder_are_refused(tmp_path):
     write(tmp_path, ".hidden/page.md", FRONT + "text\n")
     write(tmp_path, "readme.rst", "text\n")
     assert refused(tmp_path) == f"{tmp_path}: holds no pages (files ending .md, .markdown, .txt, searched recursively)"
-    with pytest.raises(InvalidArgument, match="not a folder"):
+    with pytest.raises(InvalidArgument, match="nowhere: no such folder"):
         chunk_documents(tmp_path / "nowhere")
+    with pytest.raises(InvalidArgument, match="readme.rst: not a folder"):
+        chunk_documents(tmp_path / "readme.rst")
     with pytest.raises(InvalidArgument, match="max_chars must be > 0, got 0"):
         chunk_documents(tmp_path, max_chars=0)
 
@@ -367,7 +369,7 @@ def _hostile_docs(tmp_path: Path, what: str) -> str:
         ("a Latin-1 page", "{docs}/latin.md, line 6: not valid UTF-8"),
         ("a name that is not UTF-8", "{docs}: a page's path is not valid UTF-8, got 'caf\\udce9.md'; rename it"),
         ("a file for DOCS_DIR", "{docs}/fine.md: not a folder; give the folder that holds the pages"),
-        ("a missing DOCS_DIR", "{tmp}/nowhere/below: not a folder; give the folder that holds the pages"),
+        ("a missing DOCS_DIR", "{tmp}/nowhere/below: no such folder; give the folder that holds the pages"),
     ],
 )
 def test_pages_that_cannot_be_read_exit_2_in_one_line(tmp_path, capsys, what, error):

@@ -179,7 +179,8 @@ COMMANDS = {
     "gate": (
         ["gate", "--chunks", "{fixtures}/chunks.jsonl", "--callers", "{fixtures}/callers.json", "--cases",
          "{fixtures}/cases.jsonl", "--no-progress", "--out", "{out}", "--repetitions", "1"],
-        ["--chunks", "--callers", "--cases", "--vectors", "--config", "--out", "--junit-xml", "--date", "--top-k"],
+        ["--chunks", "--callers", "--cases", "--vectors", "--config", "--out", "--junit-xml", "--date", "--top-k",
+         "--recall-at"],
     ),  # fmt: skip
     "audit": (
         ["audit", "--subjects", "policy-retriever", "--data", "{fixtures}", "--no-progress"],
@@ -189,8 +190,9 @@ COMMANDS = {
     "beir": (
         ["beir", "--data", "{beir}", "--lanes", "bm25", "--no-progress", "--permutations", "10"],
         ["--data", "--dataset", "--model", "--split", "--lanes", "--depth", "--rrf-k", "--alpha", "--permutations",
-         "--seed", "--json", "--run-dir"],
+         "--seed", "--json", "--run-dir", "--recall-at", "--plot"],
     ),  # fmt: skip
+    "chunk": (["chunk", "{pages}", "--out", "{out}/chunks.jsonl"], ["DOCS_DIR", "--out", "--metadata", "--max-chars"]),
     "data fetch": (
         ["data", "fetch", "tiny", "--dir", "{out}", "--url", "http://127.0.0.1:9/tiny.zip", "--md5", "0" * 32],
         ["NAME", "--dir", "--md5"],
@@ -209,7 +211,7 @@ def _argv(template: list[str], option: str, value: str, places: dict[str, str]) 
     argv = [part.format(**places) for part in template]
     value = value.format(**places) if value.startswith("{") and value.endswith(("}", "/x", "/below")) else value
     if option.isupper():  # a positional: the first argument after the command that is not an option
-        position = {"QUERY": 1, "NAME": 2, "SUBMISSION_DIR": 1}[option]
+        position = {"QUERY": 1, "NAME": 2, "SUBMISSION_DIR": 1, "DOCS_DIR": 1}[option]
         argv[position] = value
     elif option in argv:
         argv[argv.index(option) + 1] = value
@@ -230,11 +232,16 @@ def places(tmp_path_factory, monkeypatch_module):
     (root / "a-file").write_text("not a folder", encoding="utf-8")
     locked = root / "locked"
     locked.mkdir(mode=0o500)
+    pages = root / "pages"
+    pages.mkdir()
+    (pages / "vpn.md").write_text("---\nregion: emea\nacl_tag: it:staff\neffective_from: 2026-01-01\n---\n"
+                                  "# VPN\nInstall the client, then sign in.\n", encoding="utf-8")
     return {
         "out": str(root / "out"),
         "file": str(root / "a-file"),
         "locked": str(locked),
         "beir": str(write_tiny_beir(root / "beir")),
+        "pages": str(pages),
         "fixtures": str(Path(__file__).resolve().parents[1] / "fixtures" / "lesson"),
     }
 

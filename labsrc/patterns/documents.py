@@ -100,7 +100,8 @@ def page_paths(folder: str | Path) -> list[str]:
     """
     root = Path(folder)
     if not root.is_dir():
-        raise InvalidArgument(f"{root}: not a folder; give the folder that holds the pages ({', '.join(PAGE_SUFFIXES)})")
+        what = "not a folder" if os.path.lexists(root) else "no such folder"
+        raise InvalidArgument(f"{root}: {what}; give the folder that holds the pages ({', '.join(PAGE_SUFFIXES)})")
     pages = []
     for where, folders, files in os.walk(root):
         folders[:] = [name for name in folders if not name.startswith(".")]
