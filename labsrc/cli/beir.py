@@ -97,10 +97,6 @@ def run(args: argparse.Namespace) -> int:
     # The output folders the checks below create are removed again if the run is interrupted or fails before it
     # wrote into them (Ctrl-C while the collection loads left an empty --run-dir behind): labsrc runs every
     # command in labsrc.cli.outputs.keeping_paths.
-    return _run(args, lanes)
-
-
-def _run(args: argparse.Namespace, lanes: list[str]) -> int:
     # Output paths first: a read-only --json or --run-dir is exit 2 now, not a traceback after the run.
     if args.json:
         check_out_file(args.json, "--json")

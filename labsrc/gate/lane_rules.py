@@ -31,20 +31,26 @@ from labsrc.gate.outcomes import CaseOutcome
 from labsrc.gate.probe_rules import no_answer
 from labsrc.gate.verdicts import GateResult, not_tested, plural
 
-__all__ = ["FUSED_ONLY", "lane_gate_names", "lane_gates", "lanes_reported", "omitted_gates"]
+__all__ = ["FUSED_ONLY", "lane_gate_names", "lane_gates", "lanes_reported", "measured_lanes", "omitted_gates"]
 
 #: Why a lane gate is not made, or cannot be measured, for a retriever that returns only its fused list.
 FUSED_ONLY = "the retriever returns only its fused list, so its lanes cannot be measured"
 
 
+def _lane_gates(config: GateConfig) -> tuple[tuple[str, str | None, str | None], ...]:
+    """``(name, lane, off)`` per lane gate, in the table's order: ``lane`` is the recall gate's lane, or ``None``
+    for the fused list against each lane; ``off`` the setting that turns the gate off, or ``None``."""
+    gates: list[tuple[str, str | None, str | None]] = [(f"recall@{config.top_k} {lane}", lane, None) for lane in LANES]
+    if config.hybrid_rule == "off":
+        gates.append(("hybrid vs each lane", None, "hybrid_rule is 'off' in the gate config"))
+    else:
+        gates.append((f"hybrid {'>' if config.hybrid_rule == 'strict' else '>='} each lane", None, None))
+    return tuple(gates)
+
+
 def lane_gate_names(config: GateConfig) -> tuple[tuple[str, str | None], ...]:
     """The lane gates in the table's order, each with ``None`` or the setting that turns it off."""
-    gates: list[tuple[str, str | None]] = [(f"recall@{config.top_k} {lane}", None) for lane in LANES]
-    if config.hybrid_rule == "off":
-        gates.append(("hybrid vs each lane", "hybrid_rule is 'off' in the gate config"))
-    else:
-        gates.append((f"hybrid {'>' if config.hybrid_rule == 'strict' else '>='} each lane", None))
-    return tuple(gates)
+    return tuple((name, off) for name, _, off in _lane_gates(config))
 
 
 def lanes_reported(outcomes: Sequence[CaseOutcome]) -> bool:
@@ -53,11 +59,18 @@ def lanes_reported(outcomes: Sequence[CaseOutcome]) -> bool:
     return all(o.lanes_reported for o in outcomes)
 
 
-def _made_without_lanes(name: str, config: GateConfig) -> bool:
+def measured_lanes(outcomes: Sequence[CaseOutcome]) -> tuple[str, ...]:
+    """The lanes a run measured: every lane, ``("hybrid",)`` for a retriever that returns only its fused list,
+    or none when no case was asked (the main build failed)."""
+    if not outcomes:
+        return ()
+    return LANES if lanes_reported(outcomes) else ("hybrid",)
+
+
+def _made_without_lanes(lane: str | None, config: GateConfig) -> bool:
     """Does a fused-list-only run still make this lane gate? Only the fused list's own recall, or a gate the
-    config requires: a lane's ``min_recall``, or a ``strict`` hybrid rule."""
-    if name.startswith("recall@"):
-        lane = name.rsplit(" ", 1)[-1]
+    config requires: a lane's ``min_recall``, or a ``strict`` hybrid rule (``lane`` None: the hybrid gate)."""
+    if lane is not None:
         return lane == "hybrid" or lane in config.min_recall
     return config.hybrid_rule == "strict"
 
@@ -66,8 +79,8 @@ def omitted_gates(outcomes: Sequence[CaseOutcome], config: GateConfig) -> tuple[
     """The lane gates a run does not make, each with the reason (see the module's table)."""
     if not outcomes or lanes_reported(outcomes):
         return ()
-    return tuple((name, FUSED_ONLY) for name, off in lane_gate_names(config)
-                 if off is None and not _made_without_lanes(name, config))
+    return tuple((name, FUSED_ONLY) for name, lane, off in _lane_gates(config)
+                 if off is None and not _made_without_lanes(lane, config))
 
 
 def _recall_gate(name: str, lane: str, positives: Sequence[CaseOutcome], recall: Mapping[str, float],
@@ -125,20 +138,19 @@ def lane_gates(outcomes: Sequence[CaseOutcome], config: GateConfig, recall: Mapp
     no_positive_answer = (f"not tested: {no_answer(len(positives), 'positive case')}, so no recall was measured "
                           "(see 'search errors')")
     results = []
-    for name, off in lane_gate_names(config):
+    for name, lane, off in _lane_gates(config):
         if off is not None or name in omitted:
             continue
-        family = "recall" if name.startswith("recall@") else "hybrid"
+        family = "recall" if lane is not None else "hybrid"
         if not positives:
             results.append(not_tested(name, family, "positive cases", config))
         elif not answered:
             results.append(GateResult(name, False, no_positive_answer, family=family, tested=False))
-        elif family == "recall" and not name.endswith(" hybrid") and not reported:
-            lane = name.rsplit(" ", 1)[-1]  # made only because the config requires this lane: it fails
+        elif lane not in (None, "hybrid") and not reported:  # made only because the config requires this lane
             results.append(GateResult(name, False, f"{FUSED_ONLY}, but the config sets min_recall[{lane!r}]",
                                       family="recall", tested=False))
-        elif family == "recall":
-            results.append(_recall_gate(name, name.rsplit(" ", 1)[-1], positives, recall, config))
+        elif lane is not None:
+            results.append(_recall_gate(name, lane, positives, recall, config))
         elif not reported:  # strict: fusion must be shown to add evidence, and no lane was measured
             results.append(GateResult(name, False, f"{FUSED_ONLY}, so hybrid_rule 'strict' cannot be shown",
                                       family="hybrid", tested=False))

@@ -26,7 +26,7 @@ from typing import Any
 from labsrc.errors import InvalidArgument
 from labsrc.evaluation.metrics import recall_at_k
 from labsrc.evaluation.subject import Observation
-from labsrc.gate.config import LANES
+from labsrc.gate.lane_rules import measured_lanes
 from labsrc.gate.outcomes import CaseOutcome
 
 __all__ = ["MAX_RECALL_AT", "RecallCurve", "check_recall_at", "parse_recall_at", "recall_curve", "recall_key"]
@@ -109,7 +109,7 @@ class RecallCurve:
 def recall_curve(ks: Sequence[int], outcomes: Sequence[CaseOutcome], got: Mapping[str, Observation],
                  top_k: int) -> RecallCurve:
     """The curve from a run's answers: ``got`` holds :func:`recall_key` answers; at ``top_k`` each outcome's own."""
-    lanes = LANES if all(o.lanes_reported for o in outcomes) else ("hybrid",)
+    lanes = measured_lanes(outcomes)
     per_case: dict[str, dict[str, tuple[float, ...]]] = {}
     errors: list[str] = []
     for i, o in enumerate(outcomes):

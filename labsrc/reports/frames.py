@@ -16,7 +16,7 @@ import pandas as pd
 from labsrc.evaluation.significance import DEFAULT_PERMUTATIONS, DEFAULT_SEED, SignificanceReport, lane_significance
 from labsrc.gate.config import LANES
 from labsrc.gate.gates import GATE_TABLE, CaseOutcome, GateRun
-from labsrc.gate.lane_rules import FUSED_ONLY, lanes_reported
+from labsrc.gate.lane_rules import measured_lanes
 from labsrc.gate.verdicts import plural
 
 __all__ = ["candidates_frame", "candidates_of", "cases_frame", "curve_frame", "curve_lines", "gates_frame",
@@ -52,11 +52,8 @@ def cases_frame(run: GateRun) -> pd.DataFrame:
 
 
 def reported_lanes(run: GateRun) -> tuple[str, ...]:
-    """The lanes the run measured: every lane, ``("hybrid",)`` for a retriever that returns only its fused list,
-    or none when no case was asked (the main build failed)."""
-    if not run.outcomes:
-        return ()
-    return LANES if lanes_reported(run.outcomes) else ("hybrid",)
+    """The lanes the run measured (:func:`~labsrc.gate.lane_rules.measured_lanes`)."""
+    return measured_lanes(run.outcomes)
 
 
 def lane_note(run: GateRun, lane: str) -> str | None:
