@@ -29,6 +29,8 @@ def run(command: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+# Slow (about 25 s alone, longer under load) by what it proves: a wheel built and installed in a fresh venv,
+# `labsrc report`, then the starter's printed commands (its gate and pytest) run as printed in two shells.
 @pytest.mark.slow
 def test_labsrc_report_runs_from_a_wheel_in_a_fresh_venv_from_any_directory(tmp_path):
     # The build copies what the wheel is made from (never writing build/ into the repository).
