@@ -116,6 +116,12 @@ def test_a_few_queries_get_no_p_value_and_a_bad_permutation_count_exits_2(tiny: 
     assert significance["queries"] == 2 and significance["comparisons"] == []
     assert main(["beir", "--data", str(tiny), "--permutations", "0"]) == 2
     assert "--permutations must be a positive integer, not 0" in capsys.readouterr().err
+    # An upper bound (issue 57): a trillion draws ran without end; 10**6 resolves p to 1e-6.
+    assert main(["beir", "--data", str(tiny), "--permutations", "1000000000000"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "labsrc: error: --permutations must be at most 1,000,000 (p-values resolve to 1e-06 there), "
+        "not 1,000,000,000,000"
+    )
 
 
 def test_format_significance_has_a_row_per_pair():

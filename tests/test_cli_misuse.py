@@ -203,6 +203,26 @@ def test_junit_xml_path_is_checked_before_the_run(tmp_path: Path, capsys) -> Non
     assert code == 2 and out == "" and f"--junit-xml {tmp_path}: this is a folder" in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["gate", "--chunks", str(CHUNKS), "--callers", str(CALLERS), "--cases", str(CASES), "--junit-xml", ""],
+         "--junit-xml '': an empty path; give a file path"),
+        (["gate", "--chunks", str(CHUNKS), "--callers", str(CALLERS), "--cases", str(CASES), "--out", ""],
+         "--out '': an empty path; give a folder path"),
+        (["report", "--out", ""], "--out '': an empty path; give a folder path"),
+        (["rubric", ""], "SUBMISSION_DIR '': an empty path; give a folder path"),
+        (["gate", "--chunks", "", "--callers", str(CALLERS), "--cases", str(CASES)],
+         "--chunks '': an empty path; give a file path"),
+    ],
+)
+def test_an_empty_path_is_refused_not_taken_as_not_given(argv, message, capsys) -> None:
+    """`--junit-xml ''` wrote nothing and said nothing (issue 57): '' read as "not given"."""
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"labsrc: error: {message}\n"
+
+
 # --- gates with no cases: NOT TESTED ---------------------------------------------------------------------------
 
 

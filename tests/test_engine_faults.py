@@ -118,7 +118,7 @@ def test_a_search_blocked_by_the_owners_lock_ends_at_the_lock_timeout(engine, da
 
 def test_a_slow_statement_ends_at_the_statement_timeout(engine, data):
     started = time.monotonic()
-    with pytest.raises(labsrc.LabError, match=r"statement timeout \(2 s\)") as caught:
+    with pytest.raises(labsrc.LabError, match=r"statement timeout \(2 s for the lab.s readers") as caught:
         with engine.store.request(data.luna, data.eval_date) as conn:
             conn.execute("SELECT pg_sleep(600)")
     assert time.monotonic() - started < FAST.statement + MARGIN_S

@@ -96,7 +96,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"labsrc: error: argument {one_line(repr(arg[:60]))} holds {problem}", file=sys.stderr)
             return 2
     command = _command_of(argv)
-    args = build_parser(command, version_only=command is None and "--version" in argv).parse_args(argv)
+    parser = build_parser(command, version_only=command is None and "--version" in argv)
+    args = parser.parse_args(argv)
+    empty = _empty_path(parser, args)
+    if empty is not None:  # '' would read as "not given" (no report written, silently) or as the current folder
+        print(f"labsrc: error: {empty}", file=sys.stderr)
+        return 2
     # SIGTERM unwinds like Ctrl-C, so worker processes, servers and temporary folders are cleaned up;
     # only the main thread may set a handler (a caller of main() in a thread keeps its own).
     previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
@@ -113,6 +118,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+#: The metavars of options and arguments that name a path on disk; an empty value there is refused.
+_PATH_METAVARS = frozenset({"FILE", "DIR", "PNG", "FILE_OR_DIR", "OUT", "CSV", "DOCS_DIR", "SUBMISSION_DIR"})
+
+
+def _empty_path(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """``"--junit-xml '': an empty path; give a file path"`` for the first path given as ``''``, else None."""
+    for group in parser._actions:  # argparse keeps a command's actions on its subparser
+        if not isinstance(group, argparse._SubParsersAction):
+            continue
+        command = group.choices.get(getattr(args, "command", None))
+        for action in command._actions if command is not None else ():
+            if action.metavar in _PATH_METAVARS and getattr(args, action.dest, None) == "":
+                name = action.option_strings[-1] if action.option_strings else action.metavar
+                kind = {"FILE_OR_DIR": "file or folder"}.get(action.metavar, "folder" if "DIR" in action.metavar else "file")
+                return f"{name} '': an empty path; give a {kind} path"
+    return None
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -38,7 +38,7 @@ DEFAULT_OUT = Path("report")
 
 #: Findings printed under a failed gate; the reports hold all of them.
 _FINDINGS_SHOWN = 10
-#: Lines of a build's captured output printed (its last ones); ``--out`` writes it whole to retriever_output.txt.
+#: Lines of a build's captured output printed (its last ones); ``--out`` writes all that was kept (each build's last 64 KiB) to retriever_output.txt.
 _OUTPUT_LINES = 20
 #: ``--min-coverage`` not given (``none`` given is ``None``: no floor).
 _UNSET = object()

@@ -5,8 +5,12 @@ what went wrong                            psycopg raises          the engine ra
 =========================================  ======================  ===================================
 a lock held too long (``lock_timeout``)    ``LockNotAvailable``    ``LabError`` naming the timeout
 a statement too slow (``statement_timeout``)  ``QueryCanceled``    ``LabError`` naming the timeout
-no connection in time, server gone         ``OperationalError``,   ``LabError`` naming the server
+no connection in time, server gone         ``OperationalError``    ``LabError`` naming the server
+                                           (no SQLSTATE, class 08,
+                                           a shutdown),
                                            ``PoolTimeout``
+any other server error (``lastval``         its own class           ``LabError`` with its SQLSTATE
+before ``nextval``: SQLSTATE 55000)
 a value over a size limit                  ``ProgramLimitExceeded``  ``InvalidArgument``
 a value PostgreSQL cannot store            ``DataError``,          ``InvalidArgument``
                                            ``UnicodeEncodeError``
@@ -95,7 +99,14 @@ def translate(exc: BaseException, server: str, timeouts: Timeouts) -> LabError:
             f"for a lock another session holds: {cause}"
         )
     if isinstance(exc, errors.QueryCanceled):
-        return LabError(f"PostgreSQL at {server}: a statement ran past the statement timeout ({timeouts.statement:g} s): {cause}")
+        if "statement timeout" not in cause:  # cancelled by a request (pg_cancel_backend, a client's cancel)
+            return LabError(f"PostgreSQL at {server}: a statement was cancelled: {cause}")
+        # Which timeout struck is the session's: the lab sets the readers'; the owner's comes from the
+        # server, the role, the database or the DSN's own options (options=-c statement_timeout=...).
+        return LabError(
+            f"PostgreSQL at {server}: a statement ran past the statement timeout ({timeouts.statement:g} s for "
+            f"the lab's readers; the owner's is the server's, the role's or the DSN's own): {cause}"
+        )
     if isinstance(exc, errors.ProgramLimitExceeded):
         return InvalidArgument(f"PostgreSQL at {server} refused a value over its size limit: {cause}")
     if isinstance(exc, psycopg.DataError):
@@ -104,11 +115,24 @@ def translate(exc: BaseException, server: str, timeouts: Timeouts) -> LabError:
         return LabError(
             f"PostgreSQL at {server}: no connection within the connect timeout ({timeouts.connect:g} s): {cause}"
         )
-    if isinstance(exc, psycopg.OperationalError):
+    if isinstance(exc, psycopg.OperationalError) and _is_connection_failure(exc):
         return LabError(
             f"PostgreSQL at {server} is unreachable (connect timeout {timeouts.connect:g} s): {cause}"
         )
-    return LabError(f"PostgreSQL at {server}: {type(exc).__name__}: {cause}")
+    state = f" (SQLSTATE {exc.sqlstate})" if getattr(exc, "sqlstate", None) else ""
+    return LabError(f"PostgreSQL at {server}: {type(exc).__name__}: {cause}{state}")
+
+
+#: SQLSTATEs of a server going away or refusing sessions: class 08 (connection exception) and the shutdowns.
+_CONNECTION_STATES = ("57P01", "57P02", "57P03")
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    """A failure to reach or keep the server: no SQLSTATE (the client's own: refused, timed out, closed),
+    class 08, or a shutdown. psycopg files other server errors under OperationalError too (SQLSTATE 55000,
+    ``lastval is not yet defined in this session``), and those are not the network's."""
+    state = getattr(exc, "sqlstate", None)
+    return state is None or state.startswith("08") or state in _CONNECTION_STATES
 
 
 def _is_pool_timeout(exc: BaseException) -> bool:

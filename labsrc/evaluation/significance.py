@@ -38,6 +38,7 @@ from labsrc.errors import InvalidArgument
 __all__ = [
     "DEFAULT_PERMUTATIONS",
     "DEFAULT_SEED",
+    "MAX_PERMUTATIONS",
     "MIN_PAIRED_QUERIES",
     "SIGNIFICANCE_TEST",
     "LaneComparison",
@@ -53,6 +54,9 @@ __all__ = [
 
 #: Random sign assignments drawn when the exact test is too large (ranx's default is 1,000).
 DEFAULT_PERMUTATIONS = 10_000
+#: The most random sign assignments a test draws: p-values resolve to 1e-6 there, and 10**6 draws over
+#: 300 queries take about 5 s per comparison on a 2-core machine; more would only make a run seem to hang.
+MAX_PERMUTATIONS = 1_000_000
 #: The generator's seed: the same runs always give the same p-values.
 DEFAULT_SEED = 42
 #: Below this many paired queries the lab prints no p-value (see the module docstring).
@@ -83,9 +87,14 @@ def smallest_p_value(pairs: int) -> float:
 
 
 def check_permutations(permutations: int, name: str = "permutations") -> int:
-    """``permutations`` as an int, or :class:`~labsrc.errors.InvalidArgument` naming ``name`` unless it is >= 1."""
+    """``permutations`` as an int, or :class:`~labsrc.errors.InvalidArgument` naming ``name`` unless
+    it is from 1 to :data:`MAX_PERMUTATIONS`."""
     if isinstance(permutations, bool) or not isinstance(permutations, (int, np.integer)) or permutations < 1:
         raise InvalidArgument(f"{name} must be a positive integer, not {permutations!r}")
+    if permutations > MAX_PERMUTATIONS:
+        raise InvalidArgument(
+            f"{name} must be at most {MAX_PERMUTATIONS:,} (p-values resolve to 1e-06 there), not {int(permutations):,}"
+        )
     return int(permutations)
 
 
