@@ -223,6 +223,14 @@ def test_an_empty_path_is_refused_not_taken_as_not_given(argv, message, capsys) 
     assert out == "" and err == f"labsrc: error: {message}\n"
 
 
+@pytest.mark.parametrize("option", ["--build-timeout", "--search-timeout"])
+def test_a_timeout_past_a_day_exits_2_not_with_an_overflow_traceback(option, capsys) -> None:
+    assert main(["gate", "--chunks", str(CHUNKS), "--callers", str(CALLERS), "--cases", str(CASES), option, "1e300"]) == 2
+    out, err = capsys.readouterr()
+    key = option.removeprefix("--").replace("-", "_") + "_s"
+    assert out == "" and err == f"labsrc: error: {option}: {key} must be at most 86,400 seconds (a day), not 1e+300\n"
+
+
 # --- gates with no cases: NOT TESTED ---------------------------------------------------------------------------
 
 

@@ -45,3 +45,11 @@ def test_a_statement_timeout_names_whose_it_may_be_and_a_cancel_is_a_cancel():
     cancel = errors.QueryCanceled("canceling statement due to user request")
     assert line(cancel) == ("PostgreSQL at db.example:5432/lab: a statement was cancelled: "
                             "canceling statement due to user request")
+
+
+@pytest.mark.parametrize("name", ["connect", "statement", "lock"])
+def test_a_timeout_past_a_day_is_refused_before_it_reaches_the_server(name):
+    from labsrc.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match=rf"^timeouts\.{name} must be at most 86,400 seconds \(a day\), not 1e\+300$"):
+        Timeouts(**{name: 1e300})

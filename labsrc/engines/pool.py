@@ -108,6 +108,8 @@ class Timeouts:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise InvalidArgument(f"timeouts.{name} must be a finite number of seconds > 0, not {value!r}")
+            if value > 86_400:  # PostgreSQL's timeouts are int milliseconds (at most 24.8 days); a day is plenty
+                raise InvalidArgument(f"timeouts.{name} must be at most 86,400 seconds (a day), not {value!r}")
         if self.connect < 2:
             raise InvalidArgument(f"timeouts.connect must be at least 2 s (libpq's minimum), not {self.connect!r}")
 

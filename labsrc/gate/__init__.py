@@ -26,6 +26,7 @@ from labsrc.gate.case_rules import (
     OWN_REASONS,
 )
 from labsrc.gate.config import (
+    MAX_TIMEOUT_S,
     check_timeout,
     DEFAULT_BUILD_TIMEOUT_S,
     DEFAULT_CONCURRENCY,
@@ -128,6 +129,7 @@ __all__ = [
     "CaseProblem",
     "cases_problems",
     "check_cases",
+    "MAX_TIMEOUT_S",
     "check_timeout",
     "compare_observations",
     "Comparison",

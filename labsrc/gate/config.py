@@ -66,6 +66,7 @@ __all__ = [
     "MAX_REPETITIONS",
     "GateConfig",
     "check_min_coverage",
+    "MAX_TIMEOUT_S",
     "check_timeout",
     "deep_top_k",
     "default_probe_budget",
@@ -125,10 +126,17 @@ def check_same_fusion(rrf_k: object, config: GateConfig) -> None:
         )
 
 
+#: The longest timeout a gate accepts: a day. Longer ones are mistakes (a unit, a stray digit), and past
+#: about 3e11 s the clocks the workers wait with overflow.
+MAX_TIMEOUT_S = 86_400
+
+
 def check_timeout(value: object, name: str) -> float:
-    """A timeout in seconds: a finite number > 0 (the config's and an isolated build's)."""
+    """A timeout in seconds: a finite number > 0 and at most :data:`MAX_TIMEOUT_S` (the config's and an isolated build's)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise InvalidArgument(f"{name} must be a number of seconds > 0, not {value!r}")
+    if value > MAX_TIMEOUT_S:
+        raise InvalidArgument(f"{name} must be at most {MAX_TIMEOUT_S:,} seconds (a day), not {value!r}")
     return float(value)
 
 
