@@ -53,3 +53,26 @@ def test_a_timeout_past_a_day_is_refused_before_it_reaches_the_server(name):
 
     with pytest.raises(InvalidArgument, match=rf"^timeouts\.{name} must be at most 86,400 seconds \(a day\), not 1e\+300$"):
         Timeouts(**{name: 1e300})
+
+
+@pytest.mark.parametrize(("dsn", "setting"), [
+    ("postgresql://owner@db.example/lab?options=-c%20statement_timeout%3D1", "1"),
+    ("host=db.example dbname=lab options='-c statement_timeout=5s -c lock_timeout=1s'", "5s"),
+    ("host=db.example dbname=lab options='--statement-timeout=250ms'", "250ms"),
+])
+def test_a_statement_timeout_the_dsn_sets_is_named_as_the_dsns(dsn, setting):
+    from labsrc.engines.errors import dsn_statement_timeout
+
+    assert dsn_statement_timeout(dsn) == setting
+    exc = errors.QueryCanceled("canceling statement due to statement timeout")
+    assert str(translate(exc, SERVER, TIMEOUTS, dsn)) == (
+        f"PostgreSQL at db.example:5432/lab: a statement ran past a statement timeout: the DSN's own options set "
+        f"statement_timeout={setting} (the lab's readers have 30 s): canceling statement due to statement timeout"
+    )
+
+
+def test_a_dsn_without_the_option_or_no_dsn_at_all_sets_none():
+    from labsrc.engines.errors import dsn_statement_timeout
+
+    assert dsn_statement_timeout("host=db.example options='-c lock_timeout=1s'") is None
+    assert dsn_statement_timeout("not a dsn ===") is None and dsn_statement_timeout(None) is None

@@ -32,7 +32,7 @@ from labsrc.records.checks import check_utf8
 if TYPE_CHECKING:
     from labsrc.engines.pool import Timeouts
 
-__all__ = ["check_storable", "driver_errors", "first_line", "hide_password", "server_name", "translate"]
+__all__ = ["check_storable", "driver_errors", "dsn_statement_timeout", "first_line", "hide_password", "server_name", "translate"]
 
 # A password in a URL (``scheme://user:PASSWORD@host``) or a key/value DSN (``password=PASSWORD``, maybe quoted).
 _URL_PASSWORD = re.compile(r"://[^:/@\s]*:([^@]*)@")
@@ -85,8 +85,30 @@ def server_name(dsn: str) -> str:
     return f"{host}:{port}/{database}" if database else f"{host}:{port}"
 
 
-def translate(exc: BaseException, server: str, timeouts: Timeouts) -> LabError:
-    """The :class:`LabError` (or :class:`InvalidArgument`) that names ``exc``'s cause in one line."""
+#: ``statement_timeout`` set in a DSN's ``options`` (``-c statement_timeout=1``, ``--statement-timeout=5s``).
+_OPTION_TIMEOUT = re.compile(r"(?:-c\s*|--)statement[_-]timeout=(\S+)")
+
+
+def dsn_statement_timeout(dsn: str | None) -> str | None:
+    """The ``statement_timeout`` a DSN's own ``options`` set (``"1"``, ``"5s"``), or None (none, or not a DSN)."""
+    if not dsn:
+        return None
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        options = conninfo_to_dict(dsn).get("options") or ""
+    except Exception:  # not a DSN: nothing it sets
+        return None
+    found = _OPTION_TIMEOUT.findall(str(options))
+    return found[-1] if found else None  # the last one given wins, as in PostgreSQL
+
+
+def translate(exc: BaseException, server: str, timeouts: Timeouts, dsn: str | None = None) -> LabError:
+    """The :class:`LabError` (or :class:`InvalidArgument`) that names ``exc``'s cause in one line.
+
+    ``dsn``: the connection string the owner's session came from, so a statement timeout its own
+    ``options`` set is named as the DSN's.
+    """
     import psycopg
     from psycopg import errors
 
@@ -103,6 +125,12 @@ def translate(exc: BaseException, server: str, timeouts: Timeouts) -> LabError:
             return LabError(f"PostgreSQL at {server}: a statement was cancelled: {cause}")
         # Which timeout struck is the session's: the lab sets the readers'; the owner's comes from the
         # server, the role, the database or the DSN's own options (options=-c statement_timeout=...).
+        own = dsn_statement_timeout(dsn)
+        if own is not None:
+            return LabError(
+                f"PostgreSQL at {server}: a statement ran past a statement timeout: the DSN's own options set "
+                f"statement_timeout={own} (the lab's readers have {timeouts.statement:g} s): {cause}"
+            )
         return LabError(
             f"PostgreSQL at {server}: a statement ran past the statement timeout ({timeouts.statement:g} s for "
             f"the lab's readers; the owner's is the server's, the role's or the DSN's own): {cause}"
@@ -144,7 +172,7 @@ def _is_pool_timeout(exc: BaseException) -> bool:
 
 
 @contextmanager
-def driver_errors(server: str, timeouts: Timeouts) -> Iterator[None]:
+def driver_errors(server: str, timeouts: Timeouts, dsn: str | None = None) -> Iterator[None]:
     """Re-raise psycopg's (and the pool's) errors inside the block as :func:`translate` says."""
     import psycopg
 
@@ -155,4 +183,4 @@ def driver_errors(server: str, timeouts: Timeouts) -> Iterator[None]:
     try:
         yield
     except (psycopg.Error, PoolTimeout, UnicodeError) as exc:
-        raise translate(exc, server, timeouts) from exc
+        raise translate(exc, server, timeouts, dsn) from exc

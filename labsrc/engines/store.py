@@ -129,7 +129,7 @@ class PostgresStore:
             self._stop_server()
             raise
         try:
-            with driver_errors(self.server_name, timeouts):
+            with driver_errors(self.server_name, timeouts, self.dsn):
                 self.load_stats = self._build(chunks, source, analyzer, progress)
                 self.versions = server_versions(self.admin)
                 self.pool = self._open_pool()
@@ -263,7 +263,7 @@ class PostgresStore:
         """
         if self.closed or self.pool is None:
             raise LabError("this PostgreSQL store is closed")
-        with driver_errors(self.server_name, self.timeouts):
+        with driver_errors(self.server_name, self.timeouts, self.dsn):
             with self._session(boundary_key(caller, on_date)) as conn:
                 with self._deadline(conn, self.timeouts.request):
                     with conn.pipeline() if pipeline else nullcontext():
@@ -316,7 +316,7 @@ class PostgresStore:
         all, and no ``SET``, ``set_config`` or ``RESET`` it runs can make it see more. The connection
         is the caller's alone: do not share it between threads.
         """
-        with driver_errors(self.server_name, self.timeouts):
+        with driver_errors(self.server_name, self.timeouts, self.dsn):
             conn = self._connect_reader()
             try:
                 self._signer.authorize(conn, caller, on_date)
@@ -333,7 +333,7 @@ class PostgresStore:
             return self.hnsw
         with self._admin_lock:
             if self.hnsw is None:
-                with driver_errors(self.server_name, self.timeouts):
+                with driver_errors(self.server_name, self.timeouts, self.dsn):
                     # The graph is built fastest in memory: pgvector warns and slows down once it outgrows this.
                     self.admin.execute(f"SET maintenance_work_mem = '{INDEX_BUILD_MEMORY}'")
                     try:
@@ -364,7 +364,7 @@ class PostgresStore:
                 self.pool.close(timeout=1.0)
             if self.admin is not None and self.server is None:  # an embedded server is deleted whole
                 try:
-                    with self._admin_lock, driver_errors(self.server_name, self.timeouts):
+                    with self._admin_lock, driver_errors(self.server_name, self.timeouts, self.dsn):
                         drop_store(self.admin, self.schema, self.role)  # ends connect_as sessions left open too
                 except LabError as exc:
                     if not isinstance(exc.__cause__, self._psycopg.OperationalError):

@@ -23,8 +23,8 @@ A gate config is a JSON or TOML file whose keys are the fields of
       "min_coverage": null
     }
 
-Budget tables are merged over the defaults, so ``{"p95_budget_ms": {"dense": 80}}``
-changes one budget and keeps the others; ``null`` (JSON) removes a stage's budget.
+Budget tables are merged over the defaults (``{"p95_budget_ms": {"dense": 80}}`` changes one budget and
+keeps the others); ``null`` (JSON) removes a stage's budget.
 TOML needs Python 3.11+ (``tomllib``) or the ``tomli`` package; JSON works everywhere.
 """
 
@@ -126,13 +126,11 @@ def check_same_fusion(rrf_k: object, config: GateConfig) -> None:
         )
 
 
-#: The longest timeout a gate accepts: a day. Longer ones are mistakes (a unit, a stray digit), and past
-#: about 3e11 s the clocks the workers wait with overflow.
-MAX_TIMEOUT_S = 86_400
+MAX_TIMEOUT_S = 86_400  #: The longest timeout, a day: longer is a mistake, and past ~3e11 s the clocks overflow.
 
 
 def check_timeout(value: object, name: str) -> float:
-    """A timeout in seconds: a finite number > 0 and at most :data:`MAX_TIMEOUT_S` (the config's and an isolated build's)."""
+    """A timeout in seconds: a finite number > 0, at most :data:`MAX_TIMEOUT_S` (the config's and a build's)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise InvalidArgument(f"{name} must be a number of seconds > 0, not {value!r}")
     if value > MAX_TIMEOUT_S:
