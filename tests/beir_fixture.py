@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from labsrc.records.checksums import CHECKSUMS_FILE, checksums_json
+
 DOCS = [
     ("d1", "Vitamin D", "Vitamin D deficiency raises fracture risk in older adults."),
     ("d2", "Aspirin", "Daily aspirin lowers the risk of a heart attack."),
@@ -67,7 +69,9 @@ def write_tiny_beir(root: Path, *, splits: tuple[str, ...] = ("train", "test"), 
         rows = "".join(f"{qid}\t{doc}\t{grade}\n" for qid, doc, grade in QRELS[split])
         (path / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + rows, encoding="utf-8")
     if vectors:
-        write_vectors(path / "vectors" / "tiny-topic-vectors")
+        folder = write_vectors(path / "vectors" / "tiny-topic-vectors")
+        # With checksums.json, as `labsrc embed` writes it: it loads checked, with no UncheckedFolderWarning.
+        (folder / CHECKSUMS_FILE).write_bytes(checksums_json(folder, [p.name for p in folder.iterdir()]))
     return path
 
 

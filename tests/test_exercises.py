@@ -36,7 +36,10 @@ EXPECTED_FEEDBACK = {
     "02-adversarial-cases": ["no superseded case", "no wrong_region case", "no absent case"],
     "03-real-encoder": [
         "the dense lane still uses 'fixture-embeddings-v1', not a real bi-encoder",
-        "of your case queries have no vector: run `labsrc embed",
+        # One cause, one fix: the missing query vectors are named as what the lesson's vectors lack, not as a
+        # second "run labsrc embed" problem.
+        "that one change also brings what 'fixture-embeddings-v1' lacks: a MODEL.json record, all-MiniLM-L6-v2's "
+        "384 dimensions (it has 3), a vector for each of your case queries (14 of 16 have none in it)",
         "report leaves ['model', 'dim', 'normalized', 'dense_wins', 'shared_terms', 'bm25_wins'] blank",
         "the lane questions (dense_wins, bm25_wins) are checked once the dense source above is right",
     ],

@@ -15,6 +15,7 @@ import pytest
 import labsrc
 from labsrc.lanes import index_files
 from labsrc.lanes.persistence import load_bm25_index, save_bm25_index
+from labsrc.records.pinned import UncheckedFolderWarning
 
 DOCS = [
     ("a-refurb", "Rule RPL-14: damaged refurbished laptops are replaced within 14 days of delivery."),
@@ -131,12 +132,14 @@ def test_an_index_saved_before_checksums_loads_unchecked_and_a_save_gives_it_che
     checked = labsrc.BM25Index.load(_saved(tmp_path))
     old = save_bm25_index(INDEX, tmp_path / "old")
     (old / "checksums.json").unlink()  # as an index saved before the lab recorded digests
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # documented: it loads as before, with no warning (the vectors/ precedent)
-        loaded = labsrc.BM25Index.load(old)
+    with pytest.warns(UncheckedFolderWarning, match=r"^no checksums\.json in .*, so its files were loaded unchecked"):
+        loaded = labsrc.BM25Index.load(old)  # issue 57: it loads as before, and says it is unchecked
     assert _answers(loaded) == _answers(checked) == _answers(INDEX)
     loaded.save(old)  # the documented way to have it checked: load it and save it again
     assert sorted(json.loads((old / "checksums.json").read_text(encoding="utf-8"))["sha256"]) == FILES
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # checked now: no warning
+        labsrc.BM25Index.load(old)
     _flip_one_byte(old / "tf.npy")
     with pytest.raises(labsrc.InvalidRecord, match=r"tf\.npy, field 'sha256'"):
         labsrc.BM25Index.load(old)

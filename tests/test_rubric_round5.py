@@ -1,9 +1,10 @@
 """Coursework round 5 (issue 48, part 3): near-copies of the course's cases are the course's.
 
-A case that asks what a course case asks with a small edit (the same caller, kind and ids; one or two analysed
-terms changed, or a code switched to a sibling code) is recognised, named and counted toward the share that caps
-the level (:mod:`labsrc.course.provenance`). Measured here on the model answer reworded at one, two and three
-words per query, and on five honest submissions written for this test.
+A case that asks what a course case asks with a small edit (the same ids; one or two analysed terms changed, or a
+code switched to a sibling code; round 5 also asked for the same caller and kind, which round 6 drops) is
+recognised, named and counted toward the share that caps the level (:mod:`labsrc.course.provenance`). Measured
+here on the model answer reworded at one, two and three words per query, and on five honest submissions written
+for this test.
 
 Each submission is built the way a learner builds one: cases.jsonl, a vectors/ folder written by
 :func:`labsrc.lanes.embed.embed_to_dir`, and report/ from ``labsrc gate --out``. The ``embed`` extra is not needed:
@@ -321,7 +322,7 @@ def test_the_generator_changes_exactly_depth_terms():
             assert edits == (1 if switched else depth), (case["query"], new["query"])
 
 
-def test_a_near_copy_needs_the_same_caller_kind_and_ids(tmp_path):
+def test_a_near_copy_needs_the_same_ids_and_since_round_6_any_caller(tmp_path):
     case = _lines(SOLUTION / "cases.jsonl")[3]  # eu-paraphrase-rpl14
     one_word = {**case, "query": "swap a cracked reconditioned notebook"}
     variants = {"same": one_word, "caller": {**one_word, "caller": "marco-eu-vip-07"},
@@ -334,9 +335,11 @@ def test_a_near_copy_needs_the_same_caller_kind_and_ids(tmp_path):
         found[name] = _course_line(grade(sub, measure=False))
     assert found["same"] == ("course files: cases.jsonl: all 1 cases are the course's own (the model answer, "
                              "fixtures/coursework/solution/cases.jsonl), all of them with a word or two or a code "
-                             "changed (case 'eu-paraphrase-rpl14' asks 'swap a cracked reconditioned notebook', 1 edit "
-                             "from 'eu-paraphrase-rpl14''s 'swap a broken reconditioned notebook')")
-    assert found["caller"] is None and found["ids"] is None
+                             "changed: 'eu-paraphrase-rpl14' is course case 'eu-paraphrase-rpl14' (1 edit: 'cracked' "
+                             "for 'broken')")
+    # Round 6 (tests/test_rubric_round6_copies.py): another caller asks the course's question all the same.
+    assert found["caller"] == found["same"]
+    assert found["ids"] is None
 
 
 # --- measured: the model answer reworded ---------------------------------------------------------------------
@@ -348,7 +351,7 @@ def test_the_model_answer_reworded_by_one_or_two_words_per_query_is_the_course_s
     line = _course_line(result)
     assert line is not None and line.startswith(
         "course files: cases.jsonl: 13 of 16 cases are the course's own (the model answer, "
-        "fixtures/coursework/solution/cases.jsonl), all of them with a word or two or a code changed (case ")
+        "fixtures/coursework/solution/cases.jsonl), all of them with a word or two or a code changed: '")
     # The other three are exact-code cases switched to a sibling code *and its rule*: other ids, so not counted.
     assert not any(line.startswith(("course files: vectors/", "course files: report/")) for line in result.inputs)
     met, detail = _evidence(result, "Applied")[OWN_WORK]
@@ -370,11 +373,20 @@ def test_three_words_per_query_is_where_the_rule_stops(graded):
 # --- measured: honest submissions keep their levels -------------------------------------------------------------
 
 
+#: Round 6: the APAC agent asks the course's "RPL-14" wrong_region question as kenji-apac-03, the course as visitor-9000.
+HONEST_RECOGNISED = {"apac-agent": ("cases.jsonl: 1 of 12 cases are the course's own (the course's reference cases, "
+                                    "fixtures/policies/cases.jsonl): 'eu-code' is course case 'wrong-region-no-access' "
+                                    "(the same question)")}
+
+
 @pytest.mark.parametrize("name", list(HONEST))
 def test_honest_submissions_are_not_recognised_and_keep_their_levels(graded, name):
     result = graded[name]
-    assert _course_line(result) is None, _course_line(result)
-    assert _evidence(result, "Applied")[OWN_WORK] == (True, "no case, vector file or report of the course's own was recognised")
+    recognised = HONEST_RECOGNISED.get(name)
+    assert _course_line(result) == (f"course files: {recognised}" if recognised else None), _course_line(result)
+    assert _evidence(result, "Applied")[OWN_WORK] == (
+        (True, f"{recognised}: a small part, the rest is your own") if recognised
+        else (True, "no case, vector file or report of the course's own was recognised"))
     assert result.level == HONEST_LEVELS[name], result.to_text()
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labsrc.cli.outputs import check_out_dir
+from labsrc.cli.outputs import check_out_dir, refuse_course_link
 from labsrc.cli.progress import make_progress
 from labsrc.datasets.beir import load_beir, resolve_dataset_dir
 from labsrc.errors import InvalidArgument
@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else folder / "vectors" / BEIR_VECTORS_NAME
     if folder is not None and (out / "MODEL.json").is_file() and not args.force:
         raise InvalidArgument(f"{out} already holds vectors (MODEL.json); pass --force to compute them again")
+    refuse_course_link(out, "--out")  # before the extra's check: a link into the course is refused either way
     # Fail on a missing extra before reading or creating anything, with the install hint.
     encoder: Encoder = minilm_encoder(device=args.device, batch_size=args.batch_size)
     check_out_dir(out)

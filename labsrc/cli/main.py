@@ -17,7 +17,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from labsrc.cli.outputs import keeping_paths, one_line
@@ -120,6 +121,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def _lab_warning_line(show: Callable[..., None]) -> Callable[..., None]:
+    """``warnings.showwarning`` that prints a warning of the lab's own (``UncheckedFolderWarning``) as one
+    ``labsrc: warning:`` line, not file:line and the source line; another library's goes to ``show``."""
+
+    def showwarning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if not category.__module__.startswith("labsrc."):
+            show(message, category, filename, lineno, file, line)
+            return
+        print(f"labsrc: warning: {one_line(str(message))}", file=file or sys.stderr)
+
+    return showwarning
+
+
 #: The metavars of options and arguments that name a path on disk; an empty value there is refused.
 _PATH_METAVARS = frozenset({"FILE", "DIR", "PNG", "FILE_OR_DIR", "OUT", "CSV", "DOCS_DIR", "SUBMISSION_DIR"})
 
@@ -141,7 +155,9 @@ def _empty_path(parser: argparse.ArgumentParser, args: argparse.Namespace) -> st
 def _run(args: argparse.Namespace) -> int:
     """The command, with every way it can end turned into an exit status and at most one line on stderr."""
     try:
-        with keeping_paths():  # a command stopped before it wrote leaves no output folder it made (labsrc.cli.outputs)
+        # A command stopped before it wrote leaves no output folder it made (labsrc.cli.outputs).
+        with keeping_paths(), warnings.catch_warnings():
+            warnings.showwarning = _lab_warning_line(warnings.showwarning)
             status = args.func(args)
         sys.stdout.flush()  # here, not at exit: a closed pipe is then caught below, every time
         return status

@@ -20,6 +20,7 @@ is absent again, parents included, and one that existed is not touched.
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -27,9 +28,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
+from labsrc.datasets.course_links import course_link
 from labsrc.errors import InvalidArgument
 
-__all__ = ["check_out_dir", "check_out_file", "keeping_paths", "one_line"]
+__all__ = ["check_out_dir", "check_out_file", "keeping_paths", "one_line", "refuse_course_link"]
 
 #: The folders the checks made for the command running now (deepest first), or None outside :func:`keeping_paths`.
 _MADE: ContextVar[list[Path] | None] = ContextVar("labsrc_made_folders", default=None)
@@ -136,6 +138,7 @@ def check_out_dir(path: str | Path, option: str = "--out", files: Iterable[str] 
     FIFO, a device or a socket, since the caller did not say which it overwrites.
     """
     path = Path(path)
+    refuse_course_link(path, option)
     kind = _special_kind(path)
     if kind is not None:
         raise InvalidArgument(f"{option} {path}: this is {kind}, not a folder; give a folder path")
@@ -158,6 +161,24 @@ def check_out_dir(path: str | Path, option: str = "--out", files: Iterable[str] 
     return path
 
 
+def refuse_course_link(path: str | Path, option: str) -> None:
+    """Refuse an output path that leads through a symbolic link into the course's files, or into the package.
+
+    A submission folder whose ``vectors`` is a link to ``fixtures/policies/vectors``
+    would have ``labsrc embed --out`` overwrite the course's own vectors
+    (:mod:`labsrc.datasets.course_links`). The link is named, with the command that removes it.
+    """
+    found = course_link(path)
+    if found is None:
+        return
+    if found.link is None:
+        raise InvalidArgument(f"{option} {path}: {found.describe()}; give a folder of your own")
+    raise InvalidArgument(
+        f"{option} {path}: {found.describe()}; writing through it would change the course: "
+        f"remove the link (rm {shlex.quote(str(found.link))}) and run again, so your files get a folder of their own"
+    )
+
+
 def check_out_file(path: str | Path, option: str) -> Path:
     """Check that file ``path`` can be written (its folder is created now).
 
@@ -165,6 +186,7 @@ def check_out_file(path: str | Path, option: str) -> Path:
     after the run, block on the FIFO until something reads it, or write nowhere.
     """
     path = Path(path)
+    refuse_course_link(path, option)
     kind = _special_kind(path)
     if kind is not None:
         raise InvalidArgument(

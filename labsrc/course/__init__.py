@@ -75,14 +75,17 @@ from labsrc.course.submission import (
 )
 from labsrc.course.provenance import (
     LARGE_PART,
+    NAMED_CASES,
     NEAR_CHANGED,
     NEAR_EDITS,
     Borrowed,
+    Recognised,
     code_shape,
     course_files_in,
     course_sources,
     near_copy,
     question_key,
+    term_changes,
     term_edits,
 )
 from labsrc.course.replays import (
@@ -116,11 +119,13 @@ __all__ = [
     "LEVELS",
     "LevelVerdict",
     "MODEL_FOLDER",
+    "NAMED_CASES",
     "NEAR_CHANGED",
     "NEAR_EDITS",
     "PERCENTILE_METHOD",
     "QUERY_STYLES",
     "QUESTION_WORDS",
+    "Recognised",
     "Replay",
     "SHOWN_PER_KIND",
     "SUBMISSION_ENV",
@@ -170,6 +175,7 @@ __all__ = [
     "save_my_records",
     "shell_path",
     "strong",
+    "term_changes",
     "term_edits",
     "TRACES_CRITERION",
 ]

@@ -140,7 +140,8 @@ def strong(cases, chunks, callers, on_date, run: GateRun | None, report: dict[st
         Evidence("at least 8 permitted positives: exact codes, paraphrases, mixed", positives.passed,
                  "; ".join(positives.problems) or "; ".join(positives.passes[:1] + positives.passes[-1:])),
         Evidence("at least 4 adversarial cases: " + ", ".join(ADVERSARIAL_KINDS), adversarial.passed,
-                 "; ".join(adversarial.problems) or adversarial.passes[0]),
+                 "; ".join(adversarial.problems)
+                 or "; ".join((*adversarial.passes[:1], *(p for p in adversarial.passes if " by kind: " in p)))),
     ]
     if run is None:
         evidence.append(Evidence("Recall@k per lane on the positives", False, "no gate run (no cases)"))
@@ -185,7 +186,7 @@ def _encoder(sub: Submission, cases: Sequence[Case], chunks, source: DenseSource
     if sub.vectors is None or source is None:
         detail = source_error or f"no vectors/ folder: run `{sub.embed_command()}` (the 'embed' extra) and hand it in"
         return Evidence(criterion, False, detail)
-    check = check_dense_source(source, cases, cases_path=shell_path(sub.cases), chunks=chunks)
+    check = check_dense_source(source, cases, cases_path=shell_path(sub.cases), chunks=chunks, embed=sub.embed_command())
     stored = source.queries if isinstance(source, StoredEmbeddings) else {}
     renamed = [c.name for c in cases if c.name in stored and stored[c.name] != c.query]
     problems = list(check.problems)

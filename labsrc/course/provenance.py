@@ -7,17 +7,29 @@ the learner, so the rubric names what it recognised and caps the grade below
 Applied (:func:`labsrc.course.rubric.grade`). An instructor grading the model
 answer itself says so (``model_answer=True``, ``labsrc rubric --model-answer``).
 
-A case is the course's when its question is: the same query (case, spacing and
-punctuation aside) asked by the same caller. Names and notes are the learner's
-to change, so renaming a copied case does not make it new. Vectors are the
-course's when ``queries.npy`` and ``query_ids.txt`` are byte for byte the
-course's; a report is when its ``report.json`` is.
+A case is the course's when it asks a course case's *question*: what it asks
+(the query) and what it tests (its chunk ids, ``expected`` and ``forbidden`` as
+sets), whoever asks it and wherever it stands in the file. So it is the course's
+when its query is a course case's (case, spacing and punctuation aside) and
 
-A case is also the course's when it is a *near-copy* (:func:`near_copy`): it
-asks what a course case asks with a small edit. All of these hold:
+- its ids are that case's, whatever its caller and kind; or
+- its caller is that case's, whatever its ids (the round-4 rule, kept: the
+  same question by the same caller).
 
-- the same caller, the same kind and the same chunk ids (``expected`` and
-  ``forbidden``, as sets): the case tests what the course's case tests;
+Names and notes are the learner's to change, and so are the caller and the
+kind: moving a case to another caller who may ask it leaves the question the
+course's. The kind is not compared either. It is a label that the case rule
+(:mod:`labsrc.gate.case_rules`) makes fit the caller, so a moved case may need
+another (``wrong_region`` becomes ``restricted`` for visitor-9000, who is
+hidden from the chunk for both reasons), and requiring it would let a relabel
+hide a copy. What the kind tells apart, the ids already do: a case that
+expects chunks and one that forbids them never have the same ids.
+
+A case is also the course's when it is a *near-copy* (:func:`near_copy`) of a
+course case with the same ids, at least one, whatever its caller and kind (a
+case with no ids, an ``absent`` one, is its query alone, and "can I pay in
+instalments" is not "can I pay with bitcoin", two edits apart):
+
 - at most :data:`NEAR_EDITS` = 2 edits between the two queries' analysed terms
   (:func:`labsrc.lanes.analysis.tokens`: lowercased, codes kept whole, the
   lesson's stopwords dropped), an edit being a term inserted, deleted or
@@ -33,27 +45,44 @@ asks what a course case asks with a small edit. All of these hold:
 Three edits are where the rule stops: a question with three of its words
 changed may be genuine work (a learner who asks about the same rule in their own
 words shares a word or two with the course's question by necessity), and the
-same caller, kind and ids alone say little, since many honest cases must test
-the same rule for the same caller.
+same ids alone say little, since many honest cases must test the same rule.
 
-Measured (``tests/test_rubric_round5.py``): the model answer's 16 cases reworded by
-a swap table, one, two or three words per query (an exact-code positive becomes
-its sibling code *and that code's rule*, RPL-15 and the tablet rule: other ids,
-so a new case); five honest submissions written for the test. Each has its own
-vectors (the course's MiniLM rows, through the test's stand-in encoder) and
-report, so only the cases can give a copy away. Levels with latency
-measured (the tests run ``measure=False``, where Strong stands in for
-Production-ready)::
+Each recognised case is named with the course case it matches and how
+(:class:`Recognised`): "'my-a' is course case 'eu-exact-rpl14' (the same
+question)", "'my-b' is course case 'eu-paraphrase-rpl14' (1 edit: 'cracked'
+for 'broken')"; a line names :data:`NAMED_CASES` and says how many more.
 
-    submission                        recognised   exact rule only    with near-copies
-    model answer, 1 word per query    13 of 16     Production-ready   Foundational
-    model answer, 2 words per query   13 of 16     Production-ready   Foundational
-    model answer, 3 words per query    0 of 16     Production-ready   Production-ready (the rule stops)
-    honest: EU agent                   0 of 13     Production-ready   Production-ready
-    honest: US agent                   0 of 12     Production-ready   Production-ready
-    honest: APAC agent                 0 of 12     Production-ready   Production-ready
-    honest: legal and VIP agents       0 of 12     Production-ready   Production-ready
-    honest: a first try                0 of 8      Applied            Applied
+Vectors are the course's when ``queries.npy`` and ``query_ids.txt`` are byte
+for byte the course's; a report is when its ``report.json`` is. Bytes are
+all they compare: cases moved or re-ordered and embedded again give other rows
+in another order, and then only the cases give the copy away.
+
+Measured (``tests/test_rubric_round6_copies.py``, ``tests/test_rubric_round5.py``):
+the model answer with every case moved to the first other caller of its region
+for whom it stays valid (:func:`labsrc.gate.case_rules.case_problems`; the US
+and legal cases have none and keep theirs), in reverse order, as is and
+reworded one word per query; the model answer reworded one, two and three words
+per query (an exact-code positive becomes its sibling code *and that code's
+rule*: other ids, so a new case); five honest submissions written for round 5.
+Each has its own vectors (the course's MiniLM rows, through the tests' stand-in
+encoder) and report, so only the cases can give a copy away. Levels with
+latency measured (the tests run ``measure=False``, where Strong stands in for
+Production-ready); "before" is round 5's rule (the same caller and kind)::
+
+    submission                          recognised (before)   before             now
+    model answer, moved and reversed    16 of 16  (4 of 16)   Production-ready   Foundational
+      the same, 1 word per query        13 of 16  (3 of 16)   Production-ready   Foundational
+    model answer, 1 word per query      13 of 16  (13)        Foundational       Foundational
+    model answer, 2 words per query     13 of 16  (13)        Foundational       Foundational
+    model answer, 3 words per query      0 of 16  (0)         Production-ready   Production-ready (the rule stops)
+    honest: EU agent                     0 of 13  (0)         Production-ready   Production-ready
+    honest: US agent                     0 of 12  (0)         Production-ready   Production-ready
+    honest: APAC agent                   1 of 12  (0)         Production-ready   Production-ready
+    honest: legal and VIP agents         0 of 12  (0)         Production-ready   Production-ready
+    honest: a first try                  0 of 8   (0)         Applied            Applied
+
+The APAC agent's one is the course's question indeed: "RPL-14" forbidding both
+EU refurbished-laptop rules, which the course asks as visitor-9000.
 """
 
 from __future__ import annotations
@@ -72,14 +101,17 @@ from labsrc.records.loading import iter_jsonl
 
 __all__ = [
     "LARGE_PART",
+    "NAMED_CASES",
     "NEAR_CHANGED",
     "NEAR_EDITS",
     "Borrowed",
+    "Recognised",
     "code_shape",
     "course_files_in",
     "course_sources",
     "near_copy",
     "question_key",
+    "term_changes",
     "term_edits",
 ]
 
@@ -91,6 +123,9 @@ NEAR_EDITS = 2
 
 #: Most share of the longer query's analysed terms a near-copy changes; a sibling code is not a change.
 NEAR_CHANGED = 0.5
+
+#: How many recognised cases a "course files" line names before it says how many more.
+NAMED_CASES = 3
 
 _WORDS = re.compile(r"[^\W_]+")
 _DIGITS = re.compile(r"[0-9]+")
@@ -144,23 +179,46 @@ def near_copy(mine: Sequence[str], theirs: Sequence[str]) -> int | None:
     return edits
 
 
+def term_changes(mine: Sequence[str], theirs: Sequence[str]) -> list[str]:
+    """The edits :func:`term_edits` counts, in query order: ``["'cracked' for 'broken'", "'please' added"]``.
+
+    One cheapest alignment, read back from the full table; on a tie a kept or replaced term comes before a term
+    added, and that before a term dropped, so the same two queries always give the same list.
+    """
+    table = [[i + j if not i or not j else 0 for j in range(len(theirs) + 1)] for i in range(len(mine) + 1)]
+    for i, a in enumerate(mine, start=1):
+        for j, b in enumerate(theirs, start=1):
+            table[i][j] = min(table[i - 1][j] + 1, table[i][j - 1] + 1, table[i - 1][j - 1] + (a != b))
+    changes: list[str] = []
+    i, j = len(mine), len(theirs)
+    while i or j:
+        if i and j and table[i][j] == table[i - 1][j - 1] + (mine[i - 1] != theirs[j - 1]):
+            if mine[i - 1] != theirs[j - 1]:
+                changes.append(f"{mine[i - 1]!r} for {theirs[j - 1]!r}")
+            i, j = i - 1, j - 1
+        elif i and table[i][j] == table[i - 1][j] + 1:
+            changes.append(f"{mine[i - 1]!r} added")
+            i -= 1
+        else:
+            changes.append(f"{theirs[j - 1]!r} dropped")
+            j -= 1
+    return changes[::-1]
+
+
 @dataclass(frozen=True)
 class _Question:
-    """A case as the near-copy rule compares it: what it tests (caller, kind, ids) and its query's analysed terms."""
+    """A case as the rule compares it: its caller, its ids (expected, forbidden), its query's words and terms."""
 
     name: str
-    query: str
-    tests: tuple[str, str, frozenset[str], frozenset[str]]  # caller, kind, expected, forbidden
+    caller: str
+    ids: tuple[frozenset[str], frozenset[str]]
+    words: tuple[str, ...]
     terms: tuple[str, ...]
 
-    @property
-    def caller(self) -> str:
-        return self.tests[0]
-
     @classmethod
-    def of(cls, name: str, query: str, caller: str, kind: str, expected: Sequence[str],
-           forbidden: Sequence[str]) -> _Question:
-        return cls(name, query, (caller.strip(), kind, frozenset(expected), frozenset(forbidden)), tuple(tokens(query)))
+    def of(cls, name: str, query: str, caller: str, expected: Sequence[str], forbidden: Sequence[str]) -> _Question:
+        key_caller, words = question_key(caller, query)
+        return cls(name, key_caller, (frozenset(expected), frozenset(forbidden)), words, tuple(tokens(query)))
 
     @classmethod
     def of_record(cls, record: dict) -> _Question | None:
@@ -170,14 +228,55 @@ class _Question:
             return None
         expected, forbidden = ([i for i in record.get(key) or () if isinstance(i, str)]
                                for key in ("expected", "forbidden"))
-        return cls.of(str(record.get("name", "")), query, caller, str(record.get("kind")), expected, forbidden)
+        return cls.of(str(record.get("name", "")), query, caller, expected, forbidden)
+
+
+@dataclass(frozen=True)
+class Recognised:
+    """One case of a submission that is a course case's question: ``case`` is ``course_case`` (``how``, in words)."""
+
+    case: str
+    course_case: str
+    how: str
+    near: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.case!r} is course case {self.course_case!r} ({self.how})"
+
+
+def _match(mine: _Question, theirs: _Question) -> tuple[tuple[int, int], str] | None:
+    """How ``mine`` is ``theirs``'s question, with a rank (lower is closer); None when it is not."""
+    if mine.words == theirs.words and mine.ids == theirs.ids:
+        return (0, 0), "the same question"
+    if mine.words == theirs.words and mine.caller == theirs.caller:
+        return (0, 1), "the same question by the same caller"
+    edits = near_copy(mine.terms, theirs.terms) if mine.ids == theirs.ids and any(mine.ids) else None
+    if edits is None:
+        return None
+    changes = ", ".join(term_changes(mine.terms, theirs.terms))
+    return (1, edits), (f"{edits} edit{'s' if edits != 1 else ''}: {changes}" if edits
+                        else "the same question, stopwords aside")
+
+
+def _recognise(cases: Sequence[Case], theirs: Sequence[_Question]) -> list[Recognised]:
+    """Each of ``cases`` that asks a question of ``theirs`` (module docstring), with the closest one, by case name.
+
+    Whatever a case's caller, kind or place in the file; a tie between course cases goes to the first by name.
+    """
+    found = []
+    for case in cases:
+        mine = _Question.of(case.name, case.query, case.caller, case.expected, case.forbidden)
+        best = min(((m[0], c.name, m[1]) for c in theirs if (m := _match(mine, c)) is not None), default=None)
+        if best is not None:
+            found.append(Recognised(case.name, best[1], best[2], near=best[0][0] == 1))
+    return sorted(found, key=lambda r: (r.case, r.course_case))
 
 
 @dataclass(frozen=True)
 class Borrowed:
     """One part of a submission that is the course's own: ``what`` (its file), ``source`` and how much.
 
-    ``near`` of the ``count`` cases are near-copies (:func:`near_copy`), ``example`` names one of them.
+    For cases.jsonl, ``cases`` names each recognised case (:class:`Recognised`); ``near`` of them are near-copies.
     """
 
     what: str
@@ -185,7 +284,7 @@ class Borrowed:
     count: int
     total: int
     near: int = 0
-    example: str = ""
+    cases: tuple[Recognised, ...] = ()
 
     @property
     def large(self) -> bool:
@@ -193,14 +292,18 @@ class Borrowed:
         return self.total > 0 and self.count / self.total >= LARGE_PART
 
     def describe(self) -> str:
-        """'cases.jsonl: all 16 cases are the course's own (...)', 'vectors/ is the course's own (...)'."""
+        """'cases.jsonl: 2 of 19 cases are the course's own (...): 'my-a' is course case ...', 'vectors/ is ...'."""
         if self.what != "cases.jsonl":
             return f"{self.what} is the course's own ({self.source})"
         share = f"all {self.total}" if self.count == self.total else f"{self.count} of {self.total}"
         text = f"cases.jsonl: {share} cases are the course's own ({self.source})"
         if self.near:
             which = "all of them" if self.near == self.count else f"{self.near} of them"
-            text += f", {which} with a word or two or a code changed ({self.example})"
+            text += f", {which} with a word or two or a code changed"
+        if self.cases:
+            named = ", ".join(str(r) for r in self.cases[:NAMED_CASES])
+            more = len(self.cases) - NAMED_CASES
+            text += f": {named}" + (f" and {more} more" if more > 0 else "")
         return text
 
 
@@ -237,31 +340,6 @@ def _course_cases(path: Path) -> list[_Question]:
     return found
 
 
-def _recognised(cases: Sequence[Case], theirs: list[_Question]) -> tuple[int, int, str]:
-    """How many of ``cases`` are exact or near copies of ``theirs``, how many of those are near, and one example."""
-    exact = {question_key(c.caller, c.query) for c in theirs}
-    by_test: dict[tuple[str, str, frozenset[str], frozenset[str]], list[_Question]] = {}
-    for c in theirs:
-        by_test.setdefault(c.tests, []).append(c)
-    count = near = 0
-    example = ""
-    for case in cases:
-        if question_key(case.caller, case.query) in exact:
-            count += 1
-            continue
-        mine = _Question.of(case.name, case.query, case.caller, case.kind, case.expected, case.forbidden)
-        for course_case in by_test.get(mine.tests, []):
-            edits = near_copy(mine.terms, course_case.terms)
-            if edits is not None:
-                count, near = count + 1, near + 1
-                if not example:
-                    words = "1 edit" if edits == 1 else f"{edits} edits"
-                    example = (f"case {case.name!r} asks {case.query!r}, {words} from {course_case.name!r}'s "
-                               f"{course_case.query!r}")
-                break
-    return count, near, example
-
-
 def _same_vectors(mine: Path, theirs: Path) -> bool:
     pairs = [(_digest(mine / name), _digest(theirs / name)) for name in ("queries.npy", "query_ids.txt")]
     return all(a is not None and a == b for a, b in pairs)
@@ -273,13 +351,13 @@ def course_files_in(sub: Submission, cases: Sequence[Case]) -> list[Borrowed]:
     sources = course_sources(sub.course)
     if cases:
         # Each course case file read once, every case of the submission matched against its cases.
-        counts = [(label, folder, *_recognised(cases, _course_cases(folder / "cases.jsonl")))
+        counts = [(label, folder, _recognise(cases, _course_cases(folder / "cases.jsonl")))
                   for label, folder in sources]
-        best = max(counts, key=lambda item: item[2], default=None)
+        best = max(counts, key=lambda item: len(item[2]), default=None)  # the first source on a tie
         if best is not None and best[2]:
-            label, folder, count, near, example = best
-            found.append(Borrowed("cases.jsonl", f"{label}, {_shown(folder / 'cases.jsonl')}", count, len(cases),
-                                  near, example))
+            label, folder, named = best
+            found.append(Borrowed("cases.jsonl", f"{label}, {_shown(folder / 'cases.jsonl')}", len(named), len(cases),
+                                  sum(r.near for r in named), tuple(named)))
     if sub.vectors is not None:
         for label, folder in sources:
             theirs = folder / "vectors" / MODEL_FOLDER

@@ -49,6 +49,7 @@ from labsrc.course.provenance import Borrowed, course_files_in
 from labsrc.course.replays import EXERCISE_ARTIFACTS, replay_exercise
 from labsrc.course.submission import Submission, find_submission, shell_path
 from labsrc.course.thresholds import describe_config, relaxed_settings
+from labsrc.datasets.course_links import CourseLink
 from labsrc.errors import LabError
 from labsrc.gate.config import load_gate_config
 from labsrc.gate.gates import release_gate
@@ -136,8 +137,7 @@ def grade(path: str | Path, *, course: str | Path | None = None, measure: bool =
         inputs.append(f"vectors: {sub.describe(sub.vectors)} ({source.version})")
         graded_source = source
     lacking = missing_query_vectors(source, cases) or []
-    hint = no_vector_hint(len(lacking), chunks_path=shell_path(sub.chunks), cases_path=shell_path(sub.cases),
-                          out=shell_path(sub.vectors_out)) if lacking else ""
+    hint = no_vector_hint(len(lacking), command=sub.embed_command()) if lacking else ""
     if lacking:
         inputs.append(f"vectors: {hint}; their dense lane is empty until then")
     # Unknown query text maps to the zero vector here (and is reported above), so the gates still run.
@@ -147,6 +147,7 @@ def grade(path: str | Path, *, course: str | Path | None = None, measure: bool =
     inputs.append(f"report: {why}" + (f" ({made_by})" if made_by else ""))
     borrowed = course_files_in(sub, cases)
     inputs += [f"course files: {b.describe()}" for b in borrowed]
+    inputs += [f"course files: {_link_line(sub, link)}" for link in sub.course_links()]
 
     run = None
     retriever = None
@@ -171,6 +172,18 @@ def grade(path: str | Path, *, course: str | Path | None = None, measure: bool =
         ))),
     )
     return Grade(str(path), tuple(inputs), levels, run)
+
+
+def _link_line(sub: Submission, link: CourseLink) -> str:
+    """What a link into the course means for the grade, and how the printed commands deal with it."""
+    try:  # relative to the repository (or the installed package's parent), so it reads the same on every machine
+        target = str(link.target.relative_to(link.root.parent))
+    except ValueError:
+        target = str(link.target)
+    fix = ("the commands below remove the link first, never what it points to" if sub.replaceable(link) else
+           "`labsrc embed` and `labsrc gate` refuse to write through it: grade a copy of your own folder")
+    name = f"{sub.describe(link.link)}/" if sub.replaceable(link) else f"the submission folder {link.link}"
+    return f"{name} is a symbolic link to {target}, the course's own files, not yours; {fix}"
 
 
 def _made_by(report: dict[str, Any] | None) -> str:

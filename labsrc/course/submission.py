@@ -11,6 +11,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from labsrc.datasets.course_links import CourseLink, course_link
 from labsrc.datasets.lesson import fixtures_dir
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.broken_vectors import shell_path
@@ -57,16 +58,50 @@ class Submission:
         """Where ``labsrc embed`` writes this submission's vectors (the folder it has, or the course's layout)."""
         return self.vectors if self.vectors is not None else self.root / "vectors" / MODEL_FOLDER
 
+    def course_links(self) -> list[CourseLink]:
+        """The symbolic links on the paths the printed commands write to that lead into the course's files.
+
+        ``vectors -> ../fixtures/policies/vectors`` makes the course's vectors this
+        submission's; ``labsrc embed --out`` and ``labsrc gate --out`` refuse to write
+        through such a link (:func:`~labsrc.datasets.course_links.course_link`).
+        """
+        found = (course_link(path) for path in (self.vectors_out, self.root / "report"))
+        unique = {str(link.link): link for link in found if link is not None and link.link is not None}
+        return [unique[key] for key in sorted(unique)]
+
+    def replaceable(self, link: CourseLink) -> bool:
+        """Whether ``link`` lies inside the submission folder, so removing it leaves a place for the learner's own.
+
+        A link above it (the submission folder itself linked into the course) cannot be replaced so.
+        """
+        return link.link is not None and Path(os.path.abspath(self.root)) in Path(os.path.abspath(link.link)).parents
+
+    def _replace_link(self, path: Path) -> str:
+        """``rm LINK && `` when ``path`` leads through a replaceable link into the course, else ``""``.
+
+        Removing the link (never what it points to) lets the command make a folder of the learner's own in its place.
+        """
+        found = course_link(path)
+        return f"rm {shell_path(found.link)} && " if found is not None and self.replaceable(found) else ""
+
     def embed_command(self) -> str:
-        """The ``labsrc embed`` command for this submission, runnable as printed from the current directory."""
-        return (f"labsrc embed --chunks {shell_path(self.chunks)} --queries {shell_path(self.cases)} "
-                f"--out {shell_path(self.vectors_out)}")
+        """The ``labsrc embed`` command for this submission, runnable as printed from the current directory.
+
+        When its ``--out`` leads through a link into the course, the command removes the link first.
+        """
+        return (f"{self._replace_link(self.vectors_out)}labsrc embed --chunks {shell_path(self.chunks)} "
+                f"--queries {shell_path(self.cases)} --out {shell_path(self.vectors_out)}")
 
     def gate_command(self) -> str:
-        """The ``labsrc gate`` command that writes this submission's ``report/``, runnable as printed."""
-        return (f"labsrc gate --chunks {shell_path(self.chunks)} --callers {shell_path(self.callers)} "
-                f"--cases {shell_path(self.cases)} --vectors {shell_path(self.vectors_out)} "
-                f"--config {shell_path(self.course / 'gate.json')} --out {shell_path(self.root / 'report')}")
+        """The ``labsrc gate`` command that writes this submission's ``report/``, runnable as printed.
+
+        It reads the vectors :meth:`embed_command` writes; a ``report`` linked into the course is removed first.
+        """
+        report = self.root / "report"
+        return (f"{self._replace_link(report)}labsrc gate --chunks {shell_path(self.chunks)} "
+                f"--callers {shell_path(self.callers)} --cases {shell_path(self.cases)} "
+                f"--vectors {shell_path(self.vectors_out)} --config {shell_path(self.course / 'gate.json')} "
+                f"--out {shell_path(report)}")
 
     def describe(self, path: Path | None) -> str:
         if path is None:

@@ -24,6 +24,7 @@ from labsrc.datasets.beir import (
     universe_caller,
     user_beir_dir,
 )
+from labsrc.datasets.course_links import CourseLink, course_link, course_roots
 from labsrc.datasets.fetch import (
     BEIR_BASE_URL,
     BEIR_REGISTRY,
@@ -44,6 +45,9 @@ from labsrc.datasets.lesson import (
 )
 
 __all__ = [
+    "CourseLink",
+    "course_link",
+    "course_roots",
     "AUDIT_DATE",
     "CALLERS",
     "PermissionedCollection",

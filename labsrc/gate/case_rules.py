@@ -35,6 +35,7 @@ from types import MappingProxyType
 
 from labsrc.boundary import BlockReason, block_reasons
 from labsrc.errors import InvalidRecord
+from labsrc.records.caller_hints import caller_hint
 from labsrc.records.cases import Case
 from labsrc.records.policy import Caller, PolicyChunk
 
@@ -123,7 +124,7 @@ def case_problems(
         problem("query", case.query, "the query is blank; write the question the caller asks")
     caller = callers.get(case.caller)
     if caller is None:
-        problem("caller", case.caller, f"unknown caller; known callers: {sorted(callers)}")
+        problem("caller", case.caller, f"unknown caller; {caller_hint(case.caller, callers) or f'known callers: {sorted(callers)}'}")
     for field in ("expected", "forbidden"):
         for chunk_id in getattr(case, field):
             if chunk_id not in chunks:

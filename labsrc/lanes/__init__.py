@@ -29,6 +29,7 @@ from labsrc.lanes.bm25 import (
 )
 from labsrc.lanes.broken_vectors import (
     broken_rows_error,
+    cast_fix,
     embed_command,
     shell_path,
 )
@@ -223,5 +224,6 @@ __all__ = [
     "visible_chunks",
     "write_vector_dir",
     "broken_rows_error",
+    "cast_fix",
     "embed_command",
 ]

@@ -20,8 +20,9 @@ from labsrc.errors import InvalidRecord
 from labsrc.lanes.coverage import EMBED_COMMAND
 from labsrc.lanes.vectordir import read_id_list
 from labsrc.records.files import load_npy
+from labsrc.records.loading import load_json
 
-__all__ = ["broken_rows_error", "embed_command", "shell_path"]
+__all__ = ["broken_rows_error", "cast_fix", "embed_command", "shell_path"]
 
 #: Where the course keeps its chunks and a learner their cases (the defaults of ``coverage.no_vector_hint``).
 _COURSE_CHUNKS = "fixtures/policies/chunks.jsonl"
@@ -71,9 +72,11 @@ def broken_rows_error(folder: Path, exc: InvalidRecord) -> InvalidRecord | None:
         return None
     ids_file, what = _MATRICES[name]
     try:
-        matrix = load_npy(Path(folder) / name)
+        matrix = load_npy(Path(folder) / name, mmap=True)
     except InvalidRecord:
         return None
+    if exc.field == "sha256" and (recast := _recast_error(folder, name, matrix)) is not None:
+        return recast
     if matrix.ndim != 2 or not np.issubdtype(matrix.dtype, np.floating):
         return None
     bad = [int(r) for r in np.flatnonzero(~np.isfinite(matrix).all(axis=1))]
@@ -92,3 +95,32 @@ def broken_rows_error(folder: Path, exc: InvalidRecord) -> InvalidRecord | None:
         path=Path(folder) / name,
         field="values",
     )
+
+
+def cast_fix(held: str, dtype: str, said: str, embed: str) -> str:
+    """The message for vectors stored as ``dtype`` where ``labsrc embed`` writes float32, with both fixes.
+
+    ``held``: what holds them (``"holds"``, ``"a.npy and b.npy hold"``); ``said``: what MODEL.json says.
+    """
+    digits = "; float16 keeps only about 3 significant digits" if dtype == "float16" else ""
+    return (f"{held} {dtype} vectors, but {said}: labsrc embed writes float32{digits}. Re-run `{embed}` "
+            "(the 'embed' extra), or cast them back to float32 (np.save(path, np.load(path).astype(np.float32)), "
+            "then write checksums.json again)")
+
+
+def _recast_error(folder: Path, name: str, matrix: np.ndarray) -> InvalidRecord | None:
+    """A checksum mismatch whose matrix is of another dtype than ``MODEL.json`` records: the cause is the cast.
+
+    Vectors saved as float16 (half the size) no longer match the digest of the float32 file
+    ``labsrc embed`` wrote, which reads as "a bit flip, an edit" unless the dtype is named.
+    """
+    try:
+        recorded = load_json(Path(folder) / "MODEL.json")
+    except InvalidRecord:
+        return None
+    dtype = recorded.get("dtype") if isinstance(recorded, dict) else None
+    if not isinstance(dtype, str) or str(matrix.dtype) == dtype:
+        return None
+    message = cast_fix("holds", str(matrix.dtype), f"MODEL.json says dtype {dtype!r}", embed_command(folder))
+    return InvalidRecord(f"{message} (its SHA-256 is not the one checksums.json records for that reason)",
+                         path=Path(folder) / name, field="dtype")

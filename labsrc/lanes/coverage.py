@@ -50,9 +50,13 @@ def no_vector_hint(
     chunks_path: str = "fixtures/policies/chunks.jsonl",
     cases_path: str = "my-submission/cases.jsonl",
     out: str = "my-submission/vectors/all-MiniLM-L6-v2",
+    command: str | None = None,
 ) -> str:
-    """``"3 of your case queries have no vector: run `labsrc embed ...`"``."""
-    command = EMBED_COMMAND.format(chunks=chunks_path, cases=cases_path, out=out)
+    """``"3 of your case queries have no vector: run `labsrc embed ...`"``.
+
+    ``command`` replaces the whole command (a submission's own, which may remove a link first).
+    """
+    command = command or EMBED_COMMAND.format(chunks=chunks_path, cases=cases_path, out=out)
     verb = "has" if count == 1 else "have"
     return (
         f"{count} of your case queries {verb} no vector: run `{command}` (the 'embed' extra) "

@@ -1,4 +1,4 @@
-"""The files of a saved BM25 index: written atomically, read back only after they are checked.
+"""The files of a saved BM25 index: written atomically, read back once each, checked.
 
 :mod:`labsrc.lanes.persistence` describes the layout and is the public entry
 point (``save_bm25_index``, ``load_bm25_index``); :meth:`BM25Index.save
@@ -28,15 +28,23 @@ plant a pattern can rewrite the checksum too.
 **Checksums.** A save records the SHA-256 of every file it writes in
 ``checksums.json`` (:mod:`labsrc.records.checksums`, as ``vectors/`` folders
 do), written last in the staging folder, so it is swapped in with the files it
-covers. A load checks the digests before it parses anything: one flipped bit in
-``postings.npy``, ``tf.npy`` or ``doc_len.npy`` can pass every check below (a
-position still in range, a value still finite) and change scores. A file whose
-digest differs is refused by name (field ``sha256``), and so is a file the list
-names that is missing, and a ``checksums.json`` that is malformed or leaves a
-file out. An index saved before the lab recorded digests (no ``checksums.json``)
-loads unchecked, as a ``vectors/`` folder without one does, with no warning;
+covers. A load checks each file's digest before it parses the file: one flipped
+bit in ``postings.npy``, ``tf.npy`` or ``doc_len.npy`` can pass every check
+below (a position still in range, a value still finite) and change scores. A
+file whose digest differs is refused by name (field ``sha256``), and so is a
+file the list names that is missing, and a ``checksums.json`` that is malformed
+or leaves a file out. An index saved before the lab recorded digests (no
+``checksums.json``) loads unchecked, as a ``vectors/`` folder without one does,
+with an :class:`~labsrc.records.pinned.UncheckedFolderWarning` saying so;
 ``BM25Index.load(folder).save(folder)`` gives it checksums. The digests catch
 damage, not an attacker (see the analyzers above).
+
+**One version, each file read once.** A load opens the folder once and every
+file relative to it, and digests and parses the same bytes (a memory-mapped
+array: the same open file), so a save racing the load yields the old index, the
+new one, or a refusal that names the race, never a mix of the two
+(:func:`~labsrc.records.pinned.read_pinned`; issue 57 saw 31 of 3,000 loads mix
+two saves and pass every check when files were checked, then opened again, by path).
 
 **Checked loads.** Every array is checked before it is used: dtype and shape
 against ``params.json``, ``ptr`` from 0 to the postings count and strictly
@@ -60,11 +68,10 @@ import numpy as np
 
 from labsrc.errors import InvalidArgument, InvalidRecord
 from labsrc.lanes.analysis import LESSON_TOKEN_PATTERN, PROSE_TOKEN_PATTERN, Analyzer
-from labsrc.records.checksums import CHECKSUMS_FILE, checksums_json, verify_checksums
+from labsrc.records.checksums import CHECKSUMS_FILE, checksums_json
 from labsrc.records.files import (
     as_path,
     commit_dir,
-    load_npy,
     reading,
     refuse_foreign_files,
     remove_stale_staging,
@@ -72,7 +79,7 @@ from labsrc.records.files import (
     write_durable,
     writing,
 )
-from labsrc.records.loading import load_json
+from labsrc.records.pinned import PinnedFolder, read_pinned
 
 # read_index and write_index are the index class's own (BM25Index.load and .save call them).
 __all__ = ["INDEX_FORMAT", "TRUSTED_TOKEN_PATTERNS", "analyzer_from_description", "describe_analyzer"]
@@ -92,6 +99,8 @@ _OWNED = frozenset(
 _WRITTEN = (*(f"{name}.npy" for name in _ARRAYS), "ids.json", "vocabulary.json", "params.json")
 #: The end of the message refusing a file whose SHA-256 changed.
 _REMEDY = "restore the folder from a copy, or build the index and save it again (BM25Index.build(...).save(folder))"
+#: The end of the warning for an index without checksums.json: how to give it one.
+_UNCHECKED = "save it again to record them: BM25Index.load(folder).save(folder), or save_bm25_index(index, folder)"
 
 
 #: The token patterns a loaded index may restore on its own: those of the lab's analyzers
@@ -261,10 +270,9 @@ def _param_number(params: dict[str, Any], field: str, path: Path, *, integer: bo
     return value
 
 
-def _string_list(path: Path, length: int) -> list[str]:
-    if not path.exists():
-        raise InvalidRecord("missing file of a saved BM25 index", path=path)
-    values = load_json(path)
+def _string_list(folder: PinnedFolder, name: str, length: int) -> list[str]:
+    path = folder.path / name
+    values = folder.load_json(name, missing="missing file of a saved BM25 index")
     if not isinstance(values, list) or len(values) != length or not all(isinstance(v, str) for v in values):
         raise InvalidRecord(f"expected a JSON list of {length} strings", path=path)
     return values
@@ -314,15 +322,17 @@ def read_index(directory: str | Path, mmap: bool, analyzer: Analyzer | None = No
     directory = as_path(directory)
     remove_stale_staging(directory)  # what saves of this folder killed part-way left beside it
     with reading(directory):
-        return _read(directory, mmap, analyzer)
+        if not directory.is_dir():
+            raise InvalidRecord("no params.json: not a saved BM25 index (or an unfinished save)", path=directory)
+        return read_pinned(directory, lambda folder: _read(folder, mmap, analyzer), required=_WRITTEN,
+                           remedy=_REMEDY, unchecked=_UNCHECKED)  # fmt: skip
 
 
-def _read(directory: Path, mmap: bool, given: Analyzer | None) -> dict[str, Any]:
-    verify_checksums(directory, required=_WRITTEN, remedy=_REMEDY)  # first, before anything is parsed
+def _read(folder: PinnedFolder, mmap: bool, given: Analyzer | None) -> dict[str, Any]:
+    """The checked constructor arguments, each file read once from the one ``folder`` (see the module docs)."""
+    directory = folder.path
     params_path = directory / "params.json"
-    if not params_path.exists():
-        raise InvalidRecord("no params.json: not a saved BM25 index (or an unfinished save)", path=directory)
-    params = load_json(params_path)
+    params = folder.load_json("params.json", missing="missing: not a saved BM25 index (or an unfinished save)")
     if not isinstance(params, dict):
         raise InvalidRecord("expected a JSON object", path=params_path)
     version = params.get("format", {}).get("version") if isinstance(params.get("format"), dict) else None
@@ -350,15 +360,15 @@ def _read(directory: Path, mmap: bool, given: Analyzer | None) -> dict[str, Any]
         _check(dtype.kind in kinds, f"{name} must be numeric, not {dtype}", params_path, "dtypes")
         _check(name != "postings" or dtype == np.int64, f"postings must be int64, not {dtype}", params_path, "dtypes")
         files[name] = path = directory / f"{name}.npy"
-        array = arrays[name] = load_npy(path, mmap=mmap)
+        array = arrays[name] = folder.load_npy(f"{name}.npy", mmap=mmap)
         shape = shapes.get(name, (n_postings,))
         _check(array.dtype == dtype and array.shape == shape,
                f"expected {dtype} of shape {shape}, found {array.dtype} of shape {array.shape}", path, name)  # fmt: skip
     _check_arrays(arrays, files, n_docs, n_postings)
-    ids = _string_list(directory / "ids.json", n_docs)
+    ids = _string_list(folder, "ids.json", n_docs)
     _check(all(a < b for a, b in zip(ids, ids[1:])), "ids must be unique and ascending (positions are in id order)",
            directory / "ids.json", "ids")  # fmt: skip
-    terms = _string_list(directory / "vocabulary.json", n_terms)
+    terms = _string_list(folder, "vocabulary.json", n_terms)
     vocabulary = {term: t for t, term in enumerate(terms)}
     _check(len(vocabulary) == n_terms, "the vocabulary repeats a term", directory / "vocabulary.json", "vocabulary")
     return {

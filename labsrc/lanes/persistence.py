@@ -22,14 +22,18 @@ once, to check its checksum and its values).
 Saves are atomic: the files are written into a new folder beside the target,
 fsynced, and that folder is put in place of the target in one step
 (:mod:`labsrc.lanes.index_files`). A save killed at any point leaves the old
-index or the new one loadable, never neither. A load first checks each file's
-SHA-256 against ``checksums.json`` (written last, inside the same swap) and
-refuses a file that changed after the save, a bit flip included, with an
-:class:`~labsrc.errors.InvalidRecord` naming it (field ``sha256``); an index
-saved before the lab recorded checksums has none and loads unchecked, with no
-warning, as a ``vectors/`` folder without one does (``BM25Index.load(folder).save(folder)``
-adds them). The digests cost one read of every byte on each save and load
-(about 10 ms for SciFact's 12.5 MB, 1.2 GB/s here). Loads then check every array
+index or the new one loadable, never neither. A load reads each file once, from
+the one folder that stood at the path when it began, and checks those bytes'
+SHA-256 against ``checksums.json`` (written last, inside the same swap) before
+it parses them: a file that changed after the save, a bit flip included, is
+refused with an :class:`~labsrc.errors.InvalidRecord` naming it (field
+``sha256``), and a save racing the load gives the old index, the new one, or a
+refusal naming the race, never a mix. An index saved before the lab recorded
+checksums has none and loads unchecked, as a ``vectors/`` folder without one
+does, with an :class:`~labsrc.records.pinned.UncheckedFolderWarning` saying so
+(``BM25Index.load(folder).save(folder)`` adds them). The digests cost one read
+of every byte on each save and load (about 10 ms for SciFact's 12.5 MB, 1.2 GB/s
+here). Loads then check every array
 (positions in range and ascending per term, ``ptr`` increasing, impacts finite
 and positive, ids unique) and refuse a bad one with an
 :class:`~labsrc.errors.InvalidRecord` naming the file and field. Indexes saved

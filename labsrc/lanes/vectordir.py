@@ -12,12 +12,16 @@ collection ships its embeddings as matrices instead, one directory per model::
         checksums.json   {"sha256": {file name: hex digest}} of every other file (written by the lab)
 
 :func:`write_vector_dir` records the SHA-256 of every file it writes in
-``checksums.json``, and :func:`load_vector_dir` checks them first: a bit flip,
-two ids swapped in ``corpus_ids.txt`` or any edit after the write is refused by
-file name, instead of loading silently and ranking with the wrong vectors (each
-check below can pass on such a folder). A folder without ``checksums.json``
-(written before the lab recorded them, or by hand) loads unchecked as before
-(:mod:`labsrc.records.checksums`).
+``checksums.json``, and :func:`load_vector_dir` checks each file against it
+before parsing it: a bit flip, two ids swapped in ``corpus_ids.txt`` or any edit
+after the write is refused by file name, instead of loading silently and ranking
+with the wrong vectors (each check below can pass on such a folder). A folder
+without ``checksums.json`` (written before the lab recorded them, or by hand)
+loads unchecked, with an :class:`~labsrc.records.pinned.UncheckedFolderWarning`
+saying how to write it again (:mod:`labsrc.records.checksums`). A load reads
+every file once, from the one folder that stood at the path when it began
+(:func:`~labsrc.records.pinned.read_pinned`), so a write racing it yields the old
+vectors, the new ones, or a refusal naming the race, never a mix.
 
 :func:`load_vector_dir` checks all of it before anything is ranked: the ids are
 unique and match the corpus (and the queries), the row counts and dimensions
@@ -45,12 +49,10 @@ from labsrc.records.checksums import (
     CHECKSUMS_FILE,
     checksums_json,
     is_file_name,
-    verify_checksums,
 )
 from labsrc.records.files import (
     as_path,
     commit_dir,
-    load_npy,
     reading,
     refuse_foreign_files,
     remove_stale_staging,
@@ -58,7 +60,8 @@ from labsrc.records.files import (
     write_durable,
     writing,
 )
-from labsrc.records.loading import load_json, read_text
+from labsrc.records.loading import read_text
+from labsrc.records.pinned import PinnedFolder, read_pinned
 from labsrc.records.policy import PolicyChunk
 
 __all__ = ["NORM_TOLERANCE", "VectorDirectory", "load_vector_dir", "read_id_list", "write_vector_dir"]
@@ -67,6 +70,9 @@ __all__ = ["NORM_TOLERANCE", "VectorDirectory", "load_vector_dir", "read_id_list
 NORM_TOLERANCE = 1e-3
 
 _MODEL_FILE = "MODEL.json"
+#: The end of the message refusing a file whose SHA-256 changed, and of the warning for a folder without checksums.
+_REMEDY = "restore the folder or write it again (labsrc embed)"
+_UNCHECKED = "write it again to record them: `labsrc embed`, or write_vector_dir(...)"
 
 
 class VectorDirectory:
@@ -200,7 +206,10 @@ class VectorDirectory:
 def read_id_list(path: str | Path) -> list[str]:
     """One id per line; blank lines, surrounding whitespace and repeats are errors naming the line."""
     path = Path(path)
-    text = read_text(path)
+    return _id_list(read_text(path), path)
+
+
+def _id_list(text: str, path: Path) -> list[str]:
     ids: list[str] = []
     first_line: dict[str, int] = {}
     lines = text.split("\n")
@@ -220,9 +229,9 @@ def read_id_list(path: str | Path) -> list[str]:
     return ids
 
 
-def _load_matrix(path: Path, n_rows: int, ids_file: str) -> np.ndarray:
+def _load_matrix(folder: PinnedFolder, name: str, n_rows: int, ids_file: str) -> np.ndarray:
     # load_npy checks the header first: a 0-byte or truncated file is an InvalidRecord naming it.
-    matrix = load_npy(path)
+    path, matrix = folder.path / name, folder.load_npy(name)
     if matrix.ndim != 2 or matrix.shape[1] == 0:
         raise InvalidRecord(f"expected a 2-D [rows × dim] matrix, got shape {matrix.shape}", path=path, field="shape")
     if not np.issubdtype(matrix.dtype, np.floating):
@@ -291,9 +300,16 @@ def load_vector_dir(
 def _load_vector_dir(path: Path, corpus_ids: Iterable[str] | None, queries: Mapping[str, str] | None) -> VectorDirectory:
     if not path.is_dir():
         raise InvalidRecord("vector directory not found", path=path)
-    verify_checksums(path, required=_WRITTEN)  # first, before anything is parsed
+    return read_pinned(path, lambda folder: _read_vectors(folder, corpus_ids, queries), required=_WRITTEN,
+                       remedy=_REMEDY, unchecked=_UNCHECKED)  # fmt: skip
+
+
+def _read_vectors(folder: PinnedFolder, corpus_ids: Iterable[str] | None, queries: Mapping[str, str] | None
+                  ) -> VectorDirectory:  # fmt: skip
+    """The checked vectors, each file read once from the one ``folder``."""
+    path = folder.path
     model_path = path / _MODEL_FILE
-    model = load_json(model_path)
+    model = folder.load_json(_MODEL_FILE)
     if not isinstance(model, dict):
         raise InvalidRecord(f"expected a JSON object, got {type(model).__name__}", path=model_path)
     name = model.get("model")
@@ -302,14 +318,14 @@ def _load_vector_dir(path: Path, corpus_ids: Iterable[str] | None, queries: Mapp
     if model.get("normalized") is False:
         raise InvalidRecord("the lab needs L2-normalised vectors", path=model_path, field="normalized")
 
-    doc_ids = read_id_list(path / "corpus_ids.txt")
-    query_ids = read_id_list(path / "query_ids.txt")
+    doc_ids = _id_list(folder.read_text("corpus_ids.txt"), path / "corpus_ids.txt")
+    query_ids = _id_list(folder.read_text("query_ids.txt"), path / "query_ids.txt")
     if corpus_ids is not None:
         _check_same_ids(doc_ids, corpus_ids, path=path / "corpus_ids.txt", what="corpus")
     if queries is not None:
         _check_same_ids(query_ids, queries, path=path / "query_ids.txt", what="queries file")
-    docs = _load_matrix(path / "corpus.npy", len(doc_ids), "corpus_ids.txt")
-    query_rows = _load_matrix(path / "queries.npy", len(query_ids), "query_ids.txt")
+    docs = _load_matrix(folder, "corpus.npy", len(doc_ids), "corpus_ids.txt")
+    query_rows = _load_matrix(folder, "queries.npy", len(query_ids), "query_ids.txt")
     if docs.shape[1] != query_rows.shape[1]:
         raise InvalidRecord(
             f"documents have dimension {docs.shape[1]} but queries.npy has {query_rows.shape[1]}",

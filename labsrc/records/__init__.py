@@ -5,6 +5,7 @@ Takes JSON/JSONL files (chunks, callers, cases) and returns frozen records:
 file, line, field and value.
 """
 
+from labsrc.records.caller_hints import caller_hint, within_one_edit
 from labsrc.records.cases import (
     CASE_KINDS,
     Case,
@@ -22,8 +23,11 @@ from labsrc.records.checks import (
 )
 from labsrc.records.checksums import (
     CHECKSUMS_FILE,
+    checksum_table,
     checksums_json,
+    digest_mismatch,
     is_file_name,
+    listed_but_missing,
     verify_checksums,
 )
 from labsrc.records.files import (
@@ -53,6 +57,13 @@ from labsrc.records.loading import (
     read_text,
     too_deep,
 )
+from labsrc.records.pinned import (
+    RACE_ATTEMPTS,
+    UNCHECKED_PREFIX,
+    PinnedFolder,
+    UncheckedFolderWarning,
+    read_pinned,
+)
 from labsrc.records.policy import (
     Caller,
     PolicyChunk,
@@ -67,7 +78,10 @@ __all__ = [
     "Field",
     "MAX_JSON_DEPTH",
     "NEGATIVE_KINDS",
+    "PinnedFolder",
     "PolicyChunk",
+    "RACE_ATTEMPTS",
+    "UNCHECKED_PREFIX",
     "as_path",
     "atomic_write_bytes",
     "case_format_problems",
@@ -75,14 +89,17 @@ __all__ = [
     "check_caller",
     "check_chunks",
     "check_utf8",
+    "checksum_table",
     "checksums_json",
     "chunk_lookup",
     "commit_dir",
+    "digest_mismatch",
     "file_sha256",
     "fsync_dir",
     "is_file_name",
     "iter_cases",
     "iter_jsonl",
+    "listed_but_missing",
     "load_callers",
     "load_cases",
     "padded_id_hint",
@@ -92,13 +109,17 @@ __all__ = [
     "open_regular",
     "parse_date",
     "parse_json",
+    "read_pinned",
     "read_text",
     "reading",
     "refuse_foreign_files",
     "remove_stale_staging",
     "stage_dir",
     "too_deep",
+    "UncheckedFolderWarning",
     "verify_checksums",
     "write_durable",
     "writing",
+    "caller_hint",
+    "within_one_edit",
 ]

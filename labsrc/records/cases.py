@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from labsrc.errors import InvalidArgument
+from labsrc.records.caller_hints import caller_hint
 from labsrc.records.loading import Field, iter_jsonl, parse_date
 
 __all__ = [
@@ -195,7 +196,8 @@ def case_format_problems(
             repeated = sorted({cid for cid in ids if ids.count(cid) > 1})
             problems.append((field, f"lists the same chunk id more than once: {repeated}"))
     if caller_ids is not None and case.caller not in caller_ids:
-        problems.append(("caller", f"unknown caller {case.caller!r}; known callers: {sorted(caller_ids)}"))
+        hint = caller_hint(case.caller, caller_ids) or f"known callers: {sorted(caller_ids)}"
+        problems.append(("caller", f"unknown caller {case.caller!r}; {hint}"))
     if chunk_ids is not None:
         for field in ("expected", "forbidden"):
             unknown = [cid for cid in getattr(case, field) if cid not in chunk_ids]

@@ -74,6 +74,11 @@ EX1 = [
 
 This is step 1 of the lesson's "Build it yourself": *add at least 8 permitted positive queries: exact codes, paraphrases and mixed queries.*
 
+**Plan for exercise 3 now.** Exercise 3 will ask for a case of *your own* where BM25 wins and the dense lane loses:
+a positive case whose expected chunk BM25 ranks in its top 2 and the dense lane does not (and one the other way
+round). An exact code lookup whose code has near-miss neighbours, such as `CLM-7` beside `CLM-8` and `CLM-9`,
+usually is one: write one here. The table after the check shows which lane finds each of your cases.
+
 """ + HOW_TO_CHECK),
     md("## Setup"),
     code(IMPORTS),
@@ -147,6 +152,9 @@ If you wrote a query the course has no stored vector for, this cell tells you ho
     code("""retriever = labsrc.PolicyRetriever(chunks, load_embeddings(COURSE / "vectors" / "all-MiniLM-L6-v2", chunks=chunks))
 print(f"{'case':<26} {'style':<11} bm25  dense hybrid")
 for case in my_cases:
+    if case.caller not in callers:  # the check above names the caller you meant
+        print(f"{case.name:<26} unknown caller {case.caller!r}: fix it as the check says")
+        continue
     trace = retriever.search(case.query, callers[case.caller], case.on_date or EVAL_DATE, top_k=2).trace
     found = ["yes" if case.expected[0] in ids else "-" for ids in (trace.sparse_ids, trace.dense_ids, trace.fused_ids)]
     print(f"{case.name:<26} {checks.query_style(case.query):<11} {found[0]:<5} {found[1]:<5} {found[2]}")"""),
@@ -199,16 +207,23 @@ print(f"  ... and {hidden_elsewhere} chunks of other regions")"""),
 | kind | caller asks | forbidden | fails when |
 |---|---|---|---|
 | `restricted` | wording or a code of a rule they lack the tag for | that rule | the ACL filter leaks |
-| `superseded` | the wording of an expired (or not yet effective) version | that version | the freshness filter leaks |
+| `superseded` | the wording of an expired version | that version | the freshness filter leaks |
 | `wrong_region` | a code or wording from another region | that region's rule | the region filter leaks |
 | `absent` | a question no permitted policy answers | optional: look-alikes that must not come back | the answer layer overreaches |
+| `not_yet_effective` (optional) | the wording of a version that takes effect after the case's date | that version | the freshness filter lets a rule apply early |
+
+The first four kinds are required, one case of each at least. A `not_yet_effective` case is optional and counts
+toward the minimum of 4; the check's summary counts every kind it saw. The two freshness kinds are strict: a
+`superseded` case forbids a version that has *ended* by the case's date, a `not_yet_effective` case one that has
+*not started* yet.
 
 A negative case is checked at the depth of the whole corpus, in every lane: a forbidden id may not appear anywhere.
 An attack is only a test if its query shares words with the forbidden chunk."""),
     md("""## Your turn
 
-Write at least **4** adversarial cases, one of each kind, as `labsrc.Case(..., kind="restricted", forbidden=(chunk_id,))`
-(an `absent` case may leave `forbidden` empty)."""),
+Write at least **4** adversarial cases, one of each required kind, as `labsrc.Case(..., kind="restricted", forbidden=(chunk_id,))`
+(an `absent` case may leave `forbidden` empty). A query of stop words only (*the*, *of*, *is*...) gives BM25 no term
+to match, so the check refuses it."""),
     code("""# TODO: add a superseded, a wrong_region and an absent case (at least 4 adversarial cases in all).
 my_cases = [
     labsrc.Case(name="restricted-vip-code", query="VIP-RPL-1", caller="luna-48291", kind="restricted",

@@ -38,6 +38,15 @@ from labsrc.course.checks.encoder import (
     check_dense_source,
     check_encoder_report,
 )
+from labsrc.course.checks.files import (
+    ENCODER_DTYPE,
+    check_vector_folder,
+    installed_encoder_version,
+    model_revision,
+    package_problems,
+    stored_arrays,
+    vector_file_problems,
+)
 from labsrc.course.checks.model_rows import (
     SAME_ROW_COSINE,
     SAMPLE,
@@ -60,12 +69,15 @@ from labsrc.course.checks.precision import (
     ROUNDED_DECIMALS,
     SCORE_KEYS,
     TIE_NOTE,
+    UNIT_RATIO_TOLERANCE,
     check_trace_scores,
     check_trace_timings,
     lane_score,
     rounded_decimals,
+    timing_scale,
 )
 from labsrc.course.checks.result import (
+    NOT_VERIFIED,
     CheckFailed,
     CheckResult,
     SHOWN_PER_KIND,
@@ -77,6 +89,7 @@ from labsrc.course.checks.runs import (
     rank_problem,
     rrf_of_ranks,
 )
+from labsrc.course.checks.stopwords import empty_query_message, stop_words_in
 
 __all__ = [
     "ADVERSARIAL_KINDS",
@@ -84,6 +97,7 @@ __all__ = [
     "COPY_MIN_WORDS",
     "DENSE_REACH_DEPTH",
     "DENSE_REACH_MIN_COSINE",
+    "ENCODER_DTYPE",
     "ENCODER_REPORT_KEYS",
     "PERCENTILE_METHOD",
     "QUERY_STYLES",
@@ -92,9 +106,11 @@ __all__ = [
     "SAME_ROW_COSINE",
     "SAMPLE",
     "SCORE_KEYS",
+    "NOT_VERIFIED",
     "SHOWN_PER_KIND",
     "TIE_NOTE",
     "TRACE_VERSION_KEYS",
+    "UNIT_RATIO_TOLERANCE",
     "CheckFailed",
     "CheckResult",
     "RowCheck",
@@ -108,6 +124,7 @@ __all__ = [
     "check_rows",
     "check_trace_scores",
     "check_trace_timings",
+    "check_vector_folder",
     "chunk_text_by_field",
     "chunk_text_in",
     "chunk_titles_by_field",
@@ -115,14 +132,22 @@ __all__ = [
     "copied_query_vectors",
     "copied_words",
     "distinct_digits",
+    "empty_query_message",
     "hidden_ids_in",
     "id_hint",
+    "installed_encoder_version",
     "lane_score",
     "model_encoder",
+    "model_revision",
+    "package_problems",
     "policy_codes",
     "query_style",
     "rank_problem",
     "reference_dir",
     "rounded_decimals",
     "rrf_of_ranks",
+    "stop_words_in",
+    "stored_arrays",
+    "timing_scale",
+    "vector_file_problems",
 ]

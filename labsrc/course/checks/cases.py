@@ -15,7 +15,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from labsrc.boundary import block_reasons, permitted_chunks
+from labsrc.boundary import BlockReason, block_reasons, permitted_chunks
 from labsrc.course.checks.evidence import (
     _common_runs,
     _words,
@@ -25,8 +25,9 @@ from labsrc.course.checks.evidence import (
     query_style,
 )
 from labsrc.course.checks.result import CheckResult, Collector
+from labsrc.course.checks.stopwords import empty_query_message
 from labsrc.errors import LabError
-from labsrc.gate.case_rules import case_problems
+from labsrc.gate.case_rules import CaseProblem, case_problems
 from labsrc.gate.gates import as_caller_map
 from labsrc.lanes.analysis import tokens
 from labsrc.lanes.dense import dense_rank
@@ -52,6 +53,7 @@ QUERY_STYLES = ("exact_code", "paraphrase", "mixed")
 ADVERSARIAL_KINDS = ("restricted", "superseded", "wrong_region", "absent")
 #: Every kind step 2 counts and checks as adversarial: a not_yet_effective case too, though none is required.
 _ANY_ADVERSARIAL = (*NEGATIVE_KINDS, "absent")
+_OPTIONAL_KINDS = tuple(k for k in _ANY_ADVERSARIAL if k not in ADVERSARIAL_KINDS)
 
 
 def _quoted(words: Sequence[str]) -> str:
@@ -84,16 +86,38 @@ def id_hint(chunk_id: str, known: Collection[str]) -> str:
     return "; ".join(h for h in (padded, near) if h)
 
 
+def _last_day_hint(caller: Caller, chunk: PolicyChunk, day: dt.date) -> str:
+    """For a positive case expecting a version that had ended by ``day``: the last day it was in force, when the
+    caller could see it then; "" otherwise. ``effective_to`` is inclusive (labsrc.records.policy), so that day
+    is ``effective_to`` itself, the day before its successor's ``effective_from``."""
+    end = chunk.effective_to
+    if end is None or end >= day or block_reasons(caller, chunk, end):
+        return ""
+    return (f"; it was in force from {chunk.effective_from} until {end} (effective_to is inclusive: its last day); "
+            f'to expect it, date the case within those days ("on_date": "{end.isoformat()}" at the latest)')
+
+
 def _rule_problems(out: Collector, case: Case, who, by_id, on_date: dt.date) -> bool:
-    """The one case rule (labsrc.gate.case_rules); True when the case obeys it."""
+    """The one case rule (labsrc.gate.case_rules), with the course's hints added; True when the case obeys it."""
     problems = case_problems(case, who, by_id, on_date)
     for p in problems:
         text = str(p)
         if p.field in ("expected", "forbidden") and p.value not in by_id:
             hint = id_hint(p.value, by_id)
             text = text if not hint else f"{text}; {hint}"
+        elif p.field == "expected" and BlockReason.SUPERSEDED in block_reasons(
+                who[case.caller], by_id[p.value], case_date(case, on_date)):
+            text += _last_day_hint(who[case.caller], by_id[p.value], case_date(case, on_date))
         out.problem(text, kind=f"cases that break the case rule (field {p.field!r})")
     return not problems
+
+
+def _empty_query(out: Collector, case: Case) -> bool:
+    """True (and a problem) when the lesson analyzer keeps no term of the case's query."""
+    message = empty_query_message(case.query)
+    if message is not None:
+        out.problem(str(CaseProblem(case.name, "query", case.query, message)), kind="queries BM25 has no term of")
+    return message is not None
 
 
 #: A positive query holding this many consecutive words of its expected chunk (and most of its own words
@@ -138,7 +162,8 @@ def check_positive_cases(
     Every case must load (kind, name, expected as ``load_cases`` checks them);
     every expected chunk must exist and be visible to the case's caller on the
     case's date; the cases use at least two callers; a paraphrase shares no
-    content word with its rule (else BM25 finds it and it tests nothing new).
+    content word with its rule (else BM25 finds it and it tests nothing new);
+    a query keeps a term after analysis (:mod:`~labsrc.course.checks.stopwords`).
     """
     out = Collector("step 1, positive cases")
     by_id = {c.chunk_id: c for c in chunks}
@@ -181,7 +206,8 @@ def check_positive_cases(
         if key in seen_queries:
             _repeated_query(out, case, seen_queries[key])
         seen_queries.setdefault(key, case)
-        if not _rule_problems(out, case, who, by_id, on_date):
+        empty = _empty_query(out, case)
+        if not _rule_problems(out, case, who, by_id, on_date) or empty:
             continue
         for chunk_id in case.expected:
             run, total = copied_words(case.query, by_id[chunk_id].text), len(_words(case.query))
@@ -295,6 +321,7 @@ def check_adversarial_cases(
     the caller's permitted chunks with the forbidden one let through, at a cosine
     of at least :data:`DENSE_REACH_MIN_COSINE`. An absent case must not be answered by a permitted chunk:
     neither by a code one carries nor by BM25 over the caller's permitted chunks.
+    A query of stop words only is refused, as in step 1; the summary counts every kind seen.
     """
     out = Collector("step 2, adversarial cases")
     by_id = {c.chunk_id: c for c in chunks}
@@ -310,8 +337,14 @@ def check_adversarial_cases(
     for kind in ADVERSARIAL_KINDS:
         names = [c.name for c in adversarial if c.kind == kind]
         out.check(bool(names), f"{kind}: {', '.join(names)}", f"no {kind} case")
+    # Every kind seen, the optional not_yet_effective included, the required kinds first.
+    counts = [(k, sum(c.kind == k for c in adversarial)) for k in (*ADVERSARIAL_KINDS, *_OPTIONAL_KINDS)]
+    if adversarial:
+        out.passes.append(f"{len(adversarial)} adversarial cases by kind: "
+                          + ", ".join(f"{n} {k}" for k, n in counts if n))
     for case in adversarial:
-        if not _rule_problems(out, case, who, by_id, on_date):
+        empty = _empty_query(out, case)
+        if not _rule_problems(out, case, who, by_id, on_date) or empty:
             continue
         caller, date = who[case.caller], case_date(case, on_date)
         query_terms = set(tokens(case.query))

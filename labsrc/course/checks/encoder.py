@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from labsrc.boundary import permitted_chunks
+from labsrc.course.checks.files import model_revision, package_problems, vector_file_problems
 from labsrc.course.checks.model_rows import check_rows
-from labsrc.course.checks.result import CheckResult, Collector
+from labsrc.course.checks.result import NOT_VERIFIED, CheckResult, Collector
 from labsrc.course.submission import MODEL_FOLDER, shell_path
 from labsrc.gate.gates import as_caller_map
 from labsrc.lanes.analysis import tokens
@@ -33,6 +34,8 @@ ENCODER_REPORT_KEYS = ("model", "dim", "normalized", "dense_wins", "shared_terms
 
 #: A query vector this close (cosine) to a chunk's document vector is that vector, copied.
 COPIED_VECTOR_COSINE = 0.9999
+#: all-MiniLM-L6-v2's output size (the dim of the course's MODEL.json).
+_MINILM_DIM = 384
 
 
 def copied_query_vectors(source: Any, cases: Sequence[Case], chunks: Sequence[PolicyChunk]) -> list[tuple[str, str, float]]:
@@ -68,6 +71,7 @@ def check_dense_source(
     *,
     cases_path: str = "my-submission/cases.jsonl",
     chunks: Sequence[PolicyChunk] = (),
+    embed: str | None = None,
 ) -> CheckResult:
     """Step 3: the dense lane uses a real, versioned bi-encoder whose vectors cover every case query.
 
@@ -75,10 +79,11 @@ def check_dense_source(
     :func:`labsrc.lanes.embed.load_embeddings`'s result; ``cases`` are the
     learner's cases, whose queries must each have a stored vector. With
     ``chunks`` given, a query vector that is a chunk's document vector
-    (:func:`copied_query_vectors`) is refused.
+    (:func:`copied_query_vectors`) is refused. ``embed``: the ``labsrc embed``
+    command to print (the rubric's names the folder it grades), else the course's layout.
     """
     out = Collector("step 3, real encoder")
-    _dense_source(out, source, cases, cases_path=cases_path, chunks=chunks)
+    _dense_source(out, source, cases, cases_path=cases_path, chunks=chunks, embed=embed)
     return out.result()
 
 
@@ -88,8 +93,10 @@ def _model_file(source: Any) -> str:
     return "MODEL.json" if path is None else str(path / "MODEL.json")
 
 
-def _rewrite_model(source: Any, cases_path: str) -> str:
-    """The ``labsrc embed`` command that rewrites the source's folder, MODEL.json included."""
+def _rewrite_model(source: Any, cases_path: str, embed: str | None = None) -> str:
+    """The ``labsrc embed`` command that rewrites the source's folder, MODEL.json included (``embed`` if given)."""
+    if embed is not None:
+        return embed
     path = getattr(source, "path", None)
     out = shell_path(path) if path is not None else f"my-submission/vectors/{MODEL_FOLDER}"
     return EMBED_COMMAND.format(chunks="fixtures/policies/chunks.jsonl", cases=cases_path, out=out)
@@ -103,6 +110,7 @@ def _dense_source(
     cases_path: str,
     chunks: Sequence[PolicyChunk],
     report: Mapping[str, Any] | None = None,
+    embed: str | None = None,
 ) -> None:
     """:func:`check_dense_source` into ``out``; with the learner's ``report``, a field MODEL.json lacks says
     that the report's value for it is not what is wrong."""
@@ -113,13 +121,11 @@ def _dense_source(
 
     version = str(getattr(source, "version", ""))
     model = dict(getattr(source, "model", None) or {})
-    frozen = version.startswith(("fixture-", "hashing-"))
-    out.check(
-        bool(version) and not frozen,
-        f"dense version {version!r}",
-        f"the dense lane still uses {version or 'an unversioned source'!r}, not a real bi-encoder: "
-        "load the MiniLM vectors with labsrc.lanes.embed.load_embeddings",
-    )
+    if not _real_encoder(source):
+        # One cause, one fix: what such a source lacks (a record, the dimension, query vectors) follows from it.
+        out.problem(_not_a_real_encoder(source, cases, cases_path))
+        return
+    out.passes.append(f"dense version {version!r}")
     if not model:
         out.problem("the dense source carries no model record (MODEL.json): its version cannot be audited")
     else:
@@ -136,8 +142,17 @@ def _dense_source(
             f"MODEL.json records {model.get('model')} ({model.get('packaged_by')}, "
             f"sentence-transformers {model.get('sentence_transformers')}, torch {model.get('torch')})",
             f"{_model_file(source)} lacks {missing} (labsrc embed records them in every folder it writes){yours}: "
-            f"re-run `{_rewrite_model(source, cases_path)}` (the 'embed' extra) to rewrite MODEL.json",
+            f"re-run `{_rewrite_model(source, cases_path, embed)}` (the 'embed' extra) to rewrite MODEL.json",
         )
+        # What MODEL.json claims, against the installed package and the stored arrays (before any checksum verdict).
+        problems, passes = package_problems(model, embed=_rewrite_model(source, cases_path, embed))
+        path = getattr(source, "path", None)
+        if path is not None:
+            found, held = vector_file_problems(path, model, embed=_rewrite_model(source, cases_path, embed))
+            problems, passes = problems + found, passes + ([held] if held else [])
+        for problem in problems:
+            out.problem(problem, kind="what MODEL.json claims")
+        out.passes += passes
         dimension = getattr(source, "dimension", None)
         out.check(
             model.get("dim") == dimension,
@@ -154,7 +169,7 @@ def _dense_source(
             out.check(
                 not lacking,
                 f"all {len(cases)} case queries have a stored vector",
-                f"{no_vector_hint(len(lacking), cases_path=cases_path)} (case(s) {list(lacking)})",
+                f"{no_vector_hint(len(lacking), cases_path=cases_path, command=embed)} (case(s) {list(lacking)})",
             )
         for name, chunk_id, cosine in copied:
             out.problem(
@@ -170,13 +185,40 @@ def _dense_source(
         rows = check_rows(source, cases, chunks, skip=frozenset(name for name, _, _ in copied))
         for problem in rows.problems:
             out.problem(problem, kind="vectors that are not the model MODEL.json names")
-        out.passes += [f"not verified here: {why}" for why in rows.unverified]
+        out.passes += [f"{NOT_VERIFIED}{why}" for why in rows.unverified]
         if rows.verified:
             out.passes.append(rows.summary)
 
 
 def _blank(value: object) -> bool:
     return value is None or value is ...
+
+
+def _real_encoder(source: Any) -> bool:
+    """Whether ``source`` is versioned and not the lesson's frozen fixture vectors or the hashing encoder."""
+    version = str(getattr(source, "version", ""))
+    return bool(version) and not version.startswith(("fixture-", "hashing-"))
+
+
+def _not_a_real_encoder(source: Any, cases: Sequence[Case], cases_path: str) -> str:
+    """The one problem of a source that is not a real bi-encoder, with what it lacks because of that."""
+    from labsrc.lanes.embed import missing_model_fields
+
+    version = str(getattr(source, "version", "")) or "an unversioned source"
+    folder = f"{cases_path.rsplit('/', 1)[0]}/vectors/{MODEL_FOLDER}" if "/" in cases_path else f"vectors/{MODEL_FOLDER}"
+    model = dict(getattr(source, "model", None) or {})
+    lacks = []
+    if not model or missing_model_fields(model):
+        lacks.append("a MODEL.json record")
+    dimension = getattr(source, "dimension", None)
+    if dimension is not None and dimension != _MINILM_DIM:
+        lacks.append(f"all-MiniLM-L6-v2's {_MINILM_DIM} dimensions (it has {dimension})")
+    lacking = missing_query_vectors(source, cases) if cases else None
+    if lacking:
+        lacks.append(f"a vector for each of your case queries ({len(lacking)} of {len(cases)} have none in it)")
+    also = f"; that one change also brings what {version!r} lacks: {', '.join(lacks)}" if lacks else ""
+    return (f"the dense lane still uses {version!r}, not a real bi-encoder: load the MiniLM vectors with "
+            f"labsrc.lanes.embed.load_embeddings (the folder labsrc embed wrote, {folder}){also}")
 
 
 def check_encoder_report(
@@ -226,8 +268,8 @@ def check_encoder_report(
 
 def _check_model_fields(out: Collector, report: Mapping[str, Any], source: Any) -> None:
     model = dict(getattr(source, "model", None) or {})
-    if not model:
-        return
+    if not model or not _real_encoder(source):
+        return  # the source is the problem (said above); the report cannot be read against it
     for key, actual, where in (
         ("model", model.get("model"), "MODEL.json's 'model' field"),
         ("dim", getattr(source, "dimension", None), "MODEL.json's 'dim' field, or dense.dimension"),
@@ -235,6 +277,8 @@ def _check_model_fields(out: Collector, report: Mapping[str, Any], source: Any) 
     ):
         if _blank(report.get(key)) or actual is None:
             continue  # a field MODEL.json lacks is the record's problem (said above), not the report's
+        if key == "model" and model_revision(actual) is not None:
+            continue  # MODEL.json names another revision (said above): copying it would make the report wrong
         out.check(
             report[key] == actual and type(report[key]) is type(actual),
             f"report[{key!r}] = {actual!r}, as recorded",

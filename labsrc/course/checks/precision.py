@@ -24,10 +24,12 @@ __all__ = [
     "ROUNDED_DECIMALS",
     "SCORE_KEYS",
     "TIE_NOTE",
+    "UNIT_RATIO_TOLERANCE",
     "check_trace_scores",
     "check_trace_timings",
     "lane_score",
     "rounded_decimals",
+    "timing_scale",
 ]
 
 #: The decimals a value rounded to fewer of is caught at (a float64 score or duration carries ~16 significant digits).
@@ -109,8 +111,35 @@ def check_trace_scores(out: Collector, label: str, trace: Mapping[str, Any], out
     return compared
 
 
+#: How far (relative) each timing's ratio to the run's may be from 1000 or 1/1000 for :func:`timing_scale`.
+UNIT_RATIO_TOLERANCE = 0.01
+
+
+def timing_scale(timings: Mapping[str, float], truth: Mapping[str, float]) -> float | None:
+    """``1000`` or ``1 / 1000`` when ``timings`` are the run's ``truth`` in another unit, uniformly; else None.
+
+    Uniform means: every stage both time is compared, at least one of the trace's timings is nonzero, each
+    nonzero timing ``t`` of a stage the run timed as ``r`` has ``|t / r - s| <= UNIT_RATIO_TOLERANCE * s`` for
+    one scale ``s`` (1/1000: seconds stored for milliseconds; 1000: microseconds), and each zero timing is a
+    stage the run timed as zero too. The 1% absorbs a value rounded after the division (0.000123 for
+    0.12345 ms), and nothing else: a new search's timings differ stage by stage by far more.
+    """
+    pairs = [(timings[stage], truth[stage]) for stage in timings if stage in truth]
+    if not any(t != 0 for t, _ in pairs):
+        return None
+    for scale in (1 / 1000, 1000.0):
+        if all((t == 0 and r == 0) or (t != 0 and r != 0 and abs(t / r - scale) <= UNIT_RATIO_TOLERANCE * scale)
+               for t, r in pairs):
+            return scale
+    return None
+
+
 def check_trace_timings(out: Collector, label: str, trace: Mapping[str, Any], outcome: CaseOutcome, same_run: bool) -> str:
-    """The stage timings against the run's (``same_run``) or for full precision; returns what was verified."""
+    """The stage timings against the run's (``same_run``) or for full precision; returns what was verified.
+
+    Timings that are the run's in another unit at every stage (:func:`timing_scale`: seconds or
+    microseconds for milliseconds) are one problem naming the unit, not one per stage.
+    """
     timings = trace.get("timings_ms")
     if not isinstance(timings, Mapping):
         if "timings_ms" in trace:
@@ -130,6 +159,14 @@ def check_trace_timings(out: Collector, label: str, trace: Mapping[str, Any], ou
         else:
             numbers[stage] = ms
     truth = outcome.trace.timings_ms
+    scale = timing_scale(numbers, truth) if same_run else None
+    if scale is not None:
+        stage = next(s for s in numbers if s in truth and numbers[s] != 0)
+        unit, fix = ("seconds", "multiply by 1000") if scale < 1 else ("microseconds", "divide by 1000")
+        out.problem(f"{label}: timings_ms are 1000 times {'smaller' if scale < 1 else 'larger'} than the run's at every "
+                    f"stage (timings_ms[{stage!r}] is {numbers[stage]!r}, the run has {truth[stage]!r}): {unit}, not "
+                    f"milliseconds; {fix}, or copy o.trace.timings_ms as it is", kind=f"timings in {unit}")
+        return ""
     if same_run:
         for stage, ms in numbers.items():
             if stage not in truth or ms == truth[stage]:

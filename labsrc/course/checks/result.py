@@ -11,10 +11,12 @@ from dataclasses import dataclass
 
 from labsrc.errors import LabError
 
-__all__ = ["SHOWN_PER_KIND", "CheckFailed", "CheckResult"]
+__all__ = ["NOT_VERIFIED", "SHOWN_PER_KIND", "CheckFailed", "CheckResult"]
 
 #: How many problems of one kind the printed verdict shows before "... and N more".
 SHOWN_PER_KIND = 3
+#: How a note of what a check could not verify here starts (shown with "--", never counted as a pass).
+NOT_VERIFIED = "not verified here: "
 
 
 class CheckFailed(LabError):
@@ -73,8 +75,10 @@ class CheckResult:
                 if len(problems) > SHOWN_PER_KIND:
                     lines.append(f"      ... and {len(problems) - SHOWN_PER_KIND} more like these")
             return "\n".join(lines)
-        head = f"{self.name}: all {len(self.passes)} checks pass"
-        return "\n".join([head, *(f"  ok {p}" for p in self.passes)])
+        # A note of what was not verified here (a package not installed) rides with the passes, but is no pass.
+        notes = [p for p in self.passes if p.startswith(NOT_VERIFIED)]
+        head = f"{self.name}: all {len(self.passes) - len(notes)} checks pass"
+        return "\n".join([head, *(f"  -- {p}" if p.startswith(NOT_VERIFIED) else f"  ok {p}" for p in self.passes)])
 
 
 class Collector:
