@@ -307,3 +307,20 @@ def test_the_cli_says_an_unchecked_folder_in_one_warning_line(tmp_path, capsys):
         f"labsrc: warning: no checksums.json in {folder}, so its files were loaded unchecked (a bit flip or an "
         "edit would go unnoticed); write it again to record them: `labsrc embed`, or write_vector_dir(...)"
     ]
+
+
+def test_the_cli_shows_the_warning_even_where_userwarnings_are_ignored(tmp_path, capsys):
+    """A library imported on the way may ignore UserWarning; the CLI still shows the lab's own (by its start)."""
+    from labsrc.cli.main import LAB_WARNING_STARTS, main
+    from labsrc.records import UNCHECKED_PREFIX
+
+    assert LAB_WARNING_STARTS == UNCHECKED_PREFIX
+    policies = Path(__file__).resolve().parents[1] / "fixtures" / "policies"
+    folder = tmp_path / "v"
+    shutil.copytree(policies / "vectors" / "all-MiniLM-L6-v2", folder)
+    (folder / "checksums.json").unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert main(["search", "RPL-14", "--as", "luna-48291", "--chunks", str(policies / "chunks.jsonl"),
+                     "--callers", str(policies / "callers.json"), "--vectors", str(folder)]) == 0
+    assert capsys.readouterr().err.startswith(f"labsrc: warning: no checksums.json in {folder}, ")

@@ -28,7 +28,6 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from labsrc.datasets.course_links import course_link
 from labsrc.errors import InvalidArgument
 
 __all__ = ["check_out_dir", "check_out_file", "keeping_paths", "one_line", "refuse_course_link"]
@@ -168,6 +167,8 @@ def refuse_course_link(path: str | Path, option: str) -> None:
     would have ``labsrc embed --out`` overwrite the course's own vectors
     (:mod:`labsrc.datasets.course_links`). The link is named, with the command that removes it.
     """
+    from labsrc.datasets.course_links import course_link  # here: `labsrc --version` imports no dataset code
+
     found = course_link(path)
     if found is None:
         return

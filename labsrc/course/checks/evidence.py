@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -111,7 +112,10 @@ def _strings_at(value: Any, skip_keys: frozenset[str] = frozenset(), path: str =
 _WORD = re.compile(r"[^\W_]+(?:-[^\W_]+)*")
 
 
+@functools.lru_cache(maxsize=8192)
 def _words(text: str) -> tuple[str, ...]:
+    # Cached: a check compares every string of a run with every chunk's text, so each chunk's words are asked
+    # for once per string (1,772 times for the rubric's exercise 6 replay: 2.1 of its 2.8 s before the cache).
     return tuple(w.casefold() for w in _WORD.findall(text))
 
 
