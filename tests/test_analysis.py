@@ -141,3 +141,9 @@ def test_stems_are_remembered_up_to_the_cache_size_and_pickle_empty(monkeypatch)
     monkeypatch.setattr(analysis, "STEM_CACHE_SIZE", 2)
     assert english("refurbished laptops") == ["refurbish", "laptop"]  # full: stemmed, not stored
     assert len(english._stems) == 2 and "refurbished" not in english._stems
+
+
+def test_words_are_the_tokens_before_stopwords_and_stems_and_the_terms_are_them_filtered():
+    analyzer = Analyzer(stemmer=None)
+    assert analyzer.words("The RPL‑14 rule, for Refunds") == ["the", "rpl-14", "rule", "for", "refunds"]
+    assert analyzer("The RPL‑14 rule, for Refunds") == ["rpl-14", "rule", "refunds"]

@@ -198,10 +198,13 @@ class Analyzer:
             text = fold_dashes(text)
         return text.casefold() if self.casefold else text
 
+    def words(self, text: str) -> list[str]:
+        """The tokens of ``text`` in order, normalised, before stopwords are dropped and stems taken."""
+        return self._regex.findall(self.normalise(text))
+
     def __call__(self, text: str) -> list[str]:
         """The terms of ``text`` in order, duplicates kept. Safe to call from many threads at once."""
-        found = self._regex.findall(self.normalise(text))
-        kept = [token for token in found if token not in self.stopwords]
+        kept = [token for token in self.words(text) if token not in self.stopwords]
         if self._stems is not None:
             stems = self._stems
             kept = [stems[token] for token in kept]

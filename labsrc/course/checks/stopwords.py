@@ -10,8 +10,6 @@ pattern, normal form and stop list), so the check and the sparse lane agree.
 
 from __future__ import annotations
 
-import re
-
 from labsrc.errors import InvalidArgument
 from labsrc.lanes.analysis import lesson_analyzer
 
@@ -23,8 +21,7 @@ def stop_words_in(query: str) -> tuple[str, ...]:
     ``stop_words_in("The form of the claim") == ("the", "of")``."""
     if not isinstance(query, str):
         raise InvalidArgument(f"stop_words_in: query must be a string, got {type(query).__name__} {query!r}")
-    found = re.findall(lesson_analyzer.pattern, lesson_analyzer.normalise(query))
-    return tuple(dict.fromkeys(w for w in found if w in lesson_analyzer.stopwords))
+    return tuple(dict.fromkeys(w for w in lesson_analyzer.words(query) if w in lesson_analyzer.stopwords))
 
 
 def empty_query_message(query: str) -> str | None:
