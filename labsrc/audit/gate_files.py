@@ -22,7 +22,7 @@ from labsrc.evaluation.latency import Progress
 from labsrc.evaluation.subject import Factory, SubjectError
 from labsrc.gate.case_rules import check_cases
 from labsrc.gate.config import GateConfig, load_gate_config
-from labsrc.gate.gates import GateRun, gate_retriever
+from labsrc.gate.gates import GateRun, gate_lab_engine, gate_retriever
 from labsrc.lanes.coverage import missing_vectors_note
 from labsrc.lanes.dense import DenseSource
 from labsrc.lanes.sources import load_dense_source, visible_chunks
@@ -127,10 +127,7 @@ def gate_from_files(
     lab = factory is None
     if lab:
         factory, label = lab_retriever(gate_config)  # type: ignore[misc]
-    run = gate_retriever(
+    return (gate_lab_engine if lab else gate_retriever)(
         factory, loaded_chunks, loaded_callers, loaded_cases, source, gate_config, progress=progress, label=label,
         recall_at=recall_at,
     )
-    if lab and run.unbuilt is not None:  # the lab's own engine could not be built here: the setup's, not a finding
-        raise SubjectError(run.unbuilt)
-    return run

@@ -42,6 +42,7 @@ from labsrc.gate.gate_rules import gate_names
 from labsrc.gate.gates import (
     CaseOutcome,
     evaluate_gates,
+    gate_lab_engine,
     gate_retriever,
     GATE_TABLE,
     GateRun,
@@ -140,6 +141,7 @@ __all__ = [
     "DEFAULT_SEARCH_TIMEOUT_S",
     "evaluate_gates",
     "gate_names",
+    "gate_lab_engine",
     "gate_retriever",
     "GATE_TABLE",
     "GateConfig",

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from labsrc.errors import InvalidArgument
 from labsrc.evaluation.latency import Progress
-from labsrc.evaluation.subject import Factory, Subject, factory_name
+from labsrc.evaluation.subject import Factory, Subject, SubjectError, factory_name
 from labsrc.gate import reaping
 from labsrc.gate.config import GateConfig, check_same_fusion
 from labsrc.gate.gate_rules import GATE_TABLE, evaluate_gates
@@ -56,6 +57,7 @@ __all__ = [
     "GateRun",
     "as_caller_map",
     "evaluate_gates",
+    "gate_lab_engine",
     "gate_retriever",
     "lane_recall",
     "release_gate",
@@ -168,3 +170,12 @@ def gate_retriever(
                      recall_at=recall_at)
     with reaping.keep_watchdog():  # one watchdog for the run's builds, gone when the run ends
         return judge(plan, run_plan(plan, Builder(factory, config), rules_now, progress))
+
+
+def gate_lab_engine(factory: Factory, *args: Any, **kwargs: Any) -> GateRun:
+    """:func:`gate_retriever` for the lab's own engine: one that cannot be built here (a missing extra, no
+    server) is the setup's error, a :class:`~labsrc.evaluation.subject.SubjectError` (exit 2), not a finding."""
+    run = gate_retriever(factory, *args, **kwargs)
+    if run.unbuilt is not None:
+        raise SubjectError(run.unbuilt)
+    return run
