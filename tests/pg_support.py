@@ -6,6 +6,8 @@ Without the ``postgres`` extra every engine test is skipped with the install com
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from labsrc.engines import EmbeddedServer, postgres_available
@@ -16,19 +18,55 @@ SKIP_REASON = postgres_available()
 requires_postgres = pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or "")
 
 
-def start_server():
-    """An embedded server for a fixture (its body: ``yield from start_server()``), stopped when the fixture ends."""
+#: The role the engine tests load stores as: what a managed PostgreSQL gives its admin (CREATEROLE, CREATE on
+#: the database, no superuser), with an ordinary co-tenant role, :data:`CO_TENANT`, beside it.
+OWNER = "lab_owner"
+CO_TENANT = "eve"
+
+
+def start_server(*, least_privileged: bool = True):
+    """An embedded server for a fixture (its body: ``yield from start_server()``), stopped when the fixture ends.
+
+    With ``least_privileged`` (the default) ``server.dsn`` connects as :data:`OWNER`, a role with ``CREATEROLE``
+    and ``CREATE`` on the database and no superuser, as a managed service grants; the superuser only created it
+    (and pgvector, which a service's admin installs), and its DSN is ``server.superuser_dsn``. :data:`CO_TENANT`
+    is an ordinary role that may log in (``co_tenant_dsn``).
+    """
     if SKIP_REASON is not None:
         pytest.skip(SKIP_REASON)
     server = EmbeddedServer()
     try:
+        server.superuser_dsn = server.dsn
+        if least_privileged:
+            import psycopg
+            from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+            with psycopg.connect(server.dsn, autocommit=True, connect_timeout=10) as conn:
+                database = conninfo_to_dict(server.dsn).get("dbname", "postgres")
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                conn.execute(f"CREATE ROLE {OWNER} LOGIN CREATEROLE NOSUPERUSER")
+                conn.execute(f'GRANT CREATE ON DATABASE "{database}" TO {OWNER}')
+                conn.execute(f"CREATE ROLE {CO_TENANT} LOGIN")
+            server.dsn = make_conninfo(server.dsn, user=OWNER)
+            server.co_tenant_dsn = make_conninfo(server.dsn, user=CO_TENANT)
         yield server
     finally:
         server.stop()
 
 
+@contextmanager
+def as_superuser(server):
+    """``server.dsn`` is the superuser's inside the block (a streaming replica copies the server as one)."""
+    owner_dsn = server.dsn
+    server.dsn = server.superuser_dsn
+    try:
+        yield server
+    finally:
+        server.dsn = owner_dsn
+
+
 def owner_session(engine):
-    """An autocommit session as the loading user (row-level security does not filter it), on the store's schema
+    """An autocommit session as the loading user (its own policy lets it read and write every row), on the store's schema
     (use as a pytest fixture body: ``yield from owner_session(engine)``)."""
     import psycopg
 

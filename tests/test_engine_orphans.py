@@ -22,7 +22,7 @@ import time
 import warnings
 
 import pytest
-from pg_support import requires_postgres, start_server
+from pg_support import OWNER, requires_postgres, start_server
 from test_engine_socket import WAIT_S, Child
 
 from labsrc.cli.main import main
@@ -218,8 +218,18 @@ def session_as(server: EmbeddedServer, user: str | None = None, dbname: str | No
 
 
 @pytest.fixture
-def mallory_and_bob(conn):
+def superuser(server: EmbeddedServer):
+    """The server's superuser, who only sets the scene (other roles, another database); the cleaner is the owner."""
+    import psycopg
+
+    with psycopg.connect(server.superuser_dsn, autocommit=True, connect_timeout=10) as connection:
+        yield connection
+
+
+@pytest.fixture
+def mallory_and_bob(superuser):
     """Two ordinary roles (no superuser, no CREATEROLE): mallory may create schemas, bob has a schema of his own."""
+    conn = superuser
     database = conn.info.dbname
     conn.execute("CREATE ROLE mallory LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB")
     conn.execute("CREATE ROLE bob LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB")
@@ -235,7 +245,9 @@ def view_exists(conn, name: str) -> bool:
     return conn.execute("SELECT pg_catalog.to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0]
 
 
-def test_a_copied_marker_on_a_schema_another_role_owns_is_skipped_not_dropped(server, conn, live, mallory_and_bob, data, capsys):
+def test_a_copied_marker_on_a_schema_another_role_owns_is_skipped_not_dropped(
+    server, conn, superuser, live, mallory_and_bob, data, capsys
+):
     # Mallory copies the live store's marker onto schemas of her own, naming their own reader roles (which do
     # not exist: she cannot create roles); bob builds a view on one. The superuser's cleaner used to drop both
     # schemas with CASCADE, and bob's view with them.
@@ -264,12 +276,12 @@ def test_a_copied_marker_on_a_schema_another_role_owns_is_skipped_not_dropped(se
     with PostgresRetriever(data.chunks, data.vectors, dsn=server.dsn) as next_store:  # cleans when it starts
         assert next_store.store.orphans_dropped == ()
     for forged in ("lab_0badf00d", "lab_0badf00e"):
-        assert conn.execute(f"SELECT text FROM {forged}.notes").fetchall() == [("mallory's own",)]
+        assert superuser.execute(f"SELECT text FROM {forged}.notes").fetchall() == [("mallory's own",)]
     with session_as(server, "bob") as bob:
         assert bob.execute("SELECT text FROM bob.notes").fetchall() == [("mallory's own",)]
 
 
-def test_an_orphan_another_roles_view_depends_on_is_left_with_the_view_named(server, conn, mallory_and_bob, capsys):
+def test_an_orphan_another_roles_view_depends_on_is_left_with_the_view_named(server, conn, superuser, mallory_and_bob, capsys):
     orphan = orphan_of_a_dead_process(server, "wait")
     assert wait_for_orphans(conn, [orphan]) == [orphan]
     conn.execute(f"GRANT USAGE ON SCHEMA {orphan} TO bob")
@@ -285,7 +297,7 @@ def test_an_orphan_another_roles_view_depends_on_is_left_with_the_view_named(ser
     # drop_store itself (close() uses it too) never cascades: PostgreSQL refuses, and the error names the view.
     with pytest.raises(LabError, match=f"left {orphan} in place: view bob.chunk_ids depends on table {orphan}.lab_chunks"):
         drop_store(conn, orphan, reader_role(orphan))
-    assert exists(conn, orphan) == (True, True) and view_exists(conn, "bob.chunk_ids")
+    assert exists(conn, orphan) == (True, True) and view_exists(superuser, "bob.chunk_ids")
 
     with session_as(server, "bob") as bob:  # once bob drops his view, the orphan goes
         bob.execute("DROP VIEW bob.chunk_ids")
@@ -299,12 +311,13 @@ def reader_pids(conn, role: str) -> list[int]:
 
 
 @pytest.fixture
-def other_database(server, conn):
-    """A second database on the same server (roles and pg_stat_activity span both)."""
-    conn.execute("CREATE DATABASE lab_other")
+def other_database(server, superuser):
+    """A second database on the same server (roles and pg_stat_activity span both), where the owner may create schemas."""
+    superuser.execute("CREATE DATABASE lab_other")
+    superuser.execute(f"GRANT CREATE ON DATABASE lab_other TO {OWNER}")
     with session_as(server, dbname="lab_other") as other:
         yield other
-    conn.execute("DROP DATABASE lab_other WITH (FORCE)")
+    superuser.execute("DROP DATABASE lab_other WITH (FORCE)")
 
 
 def test_a_look_alike_in_another_database_leaves_the_live_stores_sessions_and_role(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from pg_support import lanes_of, requires_postgres
+from pg_support import as_superuser, lanes_of, requires_postgres
 
 import labsrc
 from labsrc.engines import PostgresRetriever, leftover_state
@@ -168,7 +168,9 @@ def test_leftover_state_names_each_kind(engine, data):
 def test_on_a_replica_a_session_left_with_state_is_closed_too(server, data):
     from labsrc.engines import StreamingReplica
 
-    with StreamingReplica(server) as standby, PostgresRetriever(data.chunks, data.vectors, dsn=server.dsn) as primary:
+    with as_superuser(server):
+        standby = StreamingReplica(server)  # pg_basebackup copies as a superuser
+    with standby, PostgresRetriever(data.chunks, data.vectors, dsn=server.dsn) as primary:
         with primary.on_replicas(standby.dsn) as view:
             store = view.store.replicas[0]
             store.pool.resize(min_size=1, max_size=1)

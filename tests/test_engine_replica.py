@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pg_support import lanes_of, requires_postgres, start_server
+from pg_support import as_superuser, lanes_of, requires_postgres, start_server
 
 import labsrc
 from labsrc.engines import PostgresRetriever, ReadReplicas, Replay, StreamingReplica, wait_for_lsn
@@ -38,7 +38,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def replica(server):
-    with StreamingReplica(server) as standby:
+    with as_superuser(server), StreamingReplica(server) as standby:  # pg_basebackup copies as a superuser
         yield standby
 
 
@@ -222,7 +222,7 @@ def test_stop_leaves_no_process_no_directory_and_no_slot(server):
     import psycopg
 
     def on_primary(name: str) -> tuple[int, int]:
-        with psycopg.connect(server.dsn, autocommit=True) as conn:
+        with psycopg.connect(server.superuser_dsn, autocommit=True) as conn:
             return conn.execute(
                 "SELECT (SELECT count(*) FROM pg_stat_replication WHERE application_name = %s), "
                 "(SELECT count(*) FROM pg_replication_slots)",
@@ -230,7 +230,8 @@ def test_stop_leaves_no_process_no_directory_and_no_slot(server):
             ).fetchone()
 
     slots_before = on_primary("")[1]
-    standby = StreamingReplica(server)
+    with as_superuser(server):
+        standby = StreamingReplica(server)
     directory = standby.data_directory.parent
     assert directory.stat().st_mode & 0o777 == 0o700
     assert _processes_naming(directory)

@@ -300,6 +300,9 @@ def create_reader_role(conn: Any, schema: str, role: str, password: str) -> None
             "NOREPLICATION NOINHERIT"
         ).format(role=sql.Identifier(role), pw=sql.Literal(password))
     )
+    # The owner a member of its reader (it may: CREATEROLE made the role, with ADMIN on it), so an owner that is
+    # not a superuser may still end the reader's sessions, remove what it made and drop what it owns (close()).
+    conn.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(sql.Identifier(role)))
     conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), sql.Identifier(role)))
     for table in READER_TABLES:
         conn.execute(
@@ -326,6 +329,11 @@ def enable_row_security(conn: Any, schema: str, role: str) -> None:
             sql.SQL("CREATE POLICY lab_boundary ON {} AS PERMISSIVE FOR SELECT TO {} USING ({})").format(
                 name, sql.Identifier(role), sql.SQL(BOUNDARY_POLICY)
             )
+        )
+        # The owner reads and writes every row (its own maintenance, and the triggers that keep the statistics);
+        # a superuser bypasses row security anyway, an owner that is not one would otherwise see no row.
+        conn.execute(
+            sql.SQL("CREATE POLICY lab_owner ON {} AS PERMISSIVE FOR ALL TO CURRENT_USER USING (true) WITH CHECK (true)").format(name)
         )
 
 
