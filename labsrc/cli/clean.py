@@ -9,8 +9,10 @@ them, one line each. Run it as the user that made the stores: schemas of other
 owners that look orphaned are listed as skipped, with whose they are. It never
 drops what something outside the schema depends on (another role's view), nor
 a role with sessions or objects in another database: those are listed as
-skipped, with why. A live store's schema and a schema the lab did not make are
-never touched.
+skipped, with why. Nor does it wait on another role: every statement gives up
+after the lock timeout (5 s), and a schema whose drop met another role's lock
+is listed as skipped naming the role and what it holds. A live store's schema
+and a schema the lab did not make are never touched.
 
 Exit status: 0 done (also when there was nothing to drop, or something was
 skipped), 2 a bad or unreachable DSN (one line on stderr). The module is
@@ -31,16 +33,17 @@ __all__ = ["register", "run_clean"]
 def run_clean(args: argparse.Namespace) -> int:
     from labsrc.engines.errors import driver_errors, first_line, hide_password, server_name
     from labsrc.engines.orphans import clean_orphans, reader_role
+    from labsrc.engines.owner import connect_owner
     from labsrc.engines.pool import DEFAULT_TIMEOUTS
     from labsrc.engines.server import require_psycopg
 
     psycopg = require_psycopg()
     where = server_name(args.dsn)
     try:
-        conn = psycopg.connect(args.dsn, autocommit=True, connect_timeout=DEFAULT_TIMEOUTS.connect_s)
+        conn = connect_owner(psycopg, args.dsn, DEFAULT_TIMEOUTS)  # every statement under a lock and a statement timeout
     except (psycopg.Error, UnicodeError) as exc:
         raise InvalidArgument(f"cannot connect to PostgreSQL at {where}: {hide_password(first_line(exc), args.dsn)}") from exc
-    with conn, driver_errors(where, DEFAULT_TIMEOUTS):
+    with conn, driver_errors(where, DEFAULT_TIMEOUTS, args.dsn):
         cleaned = clean_orphans(conn)
     for schema in cleaned.dropped:
         role = reader_role(schema)

@@ -29,9 +29,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from labsrc.engines.errors import first_line
 from labsrc.errors import LabError
 
-__all__ = ["Deadline", "DeadlineExpired", "watch"]
+__all__ = ["Deadline", "DeadlineExpired", "request_deadline", "watch"]
 
 
 class DeadlineExpired(LabError):
@@ -139,3 +140,26 @@ def watch(conn: Any, seconds: float) -> Iterator[Deadline]:
         # is shut down: a connection that looked fine would fail its next statement (libpq: "server closed the
         # connection unexpectedly"), and be reported as an unreachable server. Say what happened instead.
         raise DeadlineExpired(seconds)
+
+
+@contextmanager
+def request_deadline(conn: Any, seconds: float, server: str) -> Iterator[None]:
+    """Cut ``conn`` if the block outlasts ``seconds`` (:func:`watch`), and say so in one line naming ``server``."""
+    import psycopg
+
+    try:
+        with watch(conn, seconds) as deadline:
+            try:
+                yield
+            except psycopg.Error as exc:
+                if deadline.expired:
+                    raise LabError(
+                        f"PostgreSQL at {server} did not answer within the request deadline ({seconds:g} s "
+                        f"= connect + statement timeout); the server may be stopped or overloaded: {first_line(exc)}"
+                    ) from exc
+                raise
+    except DeadlineExpired as exc:
+        raise LabError(
+            f"PostgreSQL at {server} answered just after the request deadline ({seconds:g} s = connect + "
+            "statement timeout); the request's connection was cut and will be replaced"
+        ) from exc

@@ -34,6 +34,7 @@ from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import PolicyChunk
 
 __all__ = [
+    "longest_key",
     "LoadStats",
     "boundary_order",
     "document_vectors",
@@ -205,3 +206,16 @@ def _write(conn: Any, chunks: Sequence[PolicyChunk], lengths: list[int], staged:
     if progress is not None:
         progress("load postings", postings, postings)
     return LoadStats(len(chunks), postings, dimension, len(chunks) - len(present))
+
+
+def longest_key(chunks: Sequence[PolicyChunk], analyzer: Callable[[str], list[str]]) -> str:
+    """``; the longest is chunk 'x' field 'y' (n bytes)``, to point at the value PostgreSQL refused."""
+    best: tuple[int, str, str] = (0, "", "")
+    for chunk in chunks:
+        for name in ("chunk_id", "region", "acl_tag"):
+            size = len(getattr(chunk, name).encode("utf-8"))
+            best = max(best, (size, chunk.chunk_id, name))
+        for term in set(analyzer(chunk.text)):
+            best = max(best, (len(term.encode("utf-8")), chunk.chunk_id, "text (an analysed term)"))
+    size, chunk_id, name = best
+    return f"; the longest is chunk {chunk_id[:60]!r} field {name} ({size:,} bytes)" if size else ""

@@ -36,7 +36,12 @@ and leaves them.
 race), and refuses, leaving everything in place, when an object outside the
 schema depends on something in it (:func:`~labsrc.engines.teardown.outside_dependents`:
 ``view other.v depends on lab_1234abcd.lab_chunks``) or when the role has a
-session, objects or privileges in another database. It drops with
+session, objects or privileges in another database, or when another role
+holds a lock on what the store made (:func:`~labsrc.engines.owner.drop_or_say`
+names it; every statement gives up after the connection's lock timeout). Anyone
+may take any advisory lock: one held by a role other than the schema's
+owner is not a live store's session, and the schema is reported as kept while
+it is held. It drops with
 :func:`~labsrc.engines.schema.drop_store`, which ends the role's sessions in
 this database only and never uses ``CASCADE``. ``labsrc engines clean --dsn
 URL`` runs it from the command line; a store runs :func:`drop_orphans` when
@@ -64,7 +69,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labsrc.engines.errors import first_line
-from labsrc.engines.schema import drop_store
+from labsrc.engines.owner import drop_or_say
 from labsrc.engines.teardown import outside_dependents
 from labsrc.errors import InvalidArgument, LabError
 
@@ -240,7 +245,10 @@ def clean_orphans(conn: Any) -> Cleaned:
                 skipped.append(Skipped(schema, f"{'; '.join(blocking)} (nothing dropped)", True))
                 continue
             had_role = conn.execute("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s", (role,)).fetchone()
-            drop_store(conn, schema, role)  # ends the role's sessions in this database first, as close() does
+            held_up = drop_or_say(conn, schema, role)  # ends the role's sessions in this database first, as close() does
+            if held_up:
+                skipped.append(Skipped(schema, f"kept with role {role}: {held_up}", True))
+                continue
             dropped.append(schema)
             roles.extend([role] if had_role else [])
         except psycopg.OperationalError:
@@ -271,17 +279,23 @@ def _survey(conn: Any) -> tuple[list[str], list[Skipped]]:
         return [], []
     database, me = conn.execute("SELECT pg_catalog.current_database(), CURRENT_USER").fetchone()
     held = {
-        (int(classid), int(objid))
-        for classid, objid in conn.execute(
-            "SELECT classid::int8, objid::int8 FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
-            "AND granted AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())"
+        (int(classid), int(objid)): (user, pid)
+        for classid, objid, user, pid in conn.execute(
+            "SELECT l.classid::int8, l.objid::int8, a.usename, l.pid FROM pg_catalog.pg_locks l "
+            "LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.objsubid = 2 "
+            "AND l.granted AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())"
         ).fetchall()
     }
     orphans: list[str] = []
     skipped: list[Skipped] = []
     for name, _, owner, mine, has_role, granted, role_comment in marked:
-        if tuple(key & 0xFFFFFFFF for key in lock_key(name)) in held:  # pg_locks shows the int4 keys as oids
-            continue  # a live store's
+        holder = held.get(tuple(key & 0xFFFFFFFF for key in lock_key(name)))  # pg_locks shows the int4 keys as oids
+        if holder is not None and holder[0] in (owner, None):  # None: a session whose role pg_stat_activity hides
+            continue  # a live store's: its owner's session holds the lock
+        if holder is not None:  # anyone may take any advisory lock: a store's owner session is its owner's role
+            reason = f"its lock is held by role {holder[0]} (pid {holder[1]}), not by a session of its owner {owner}; kept while it is"
+            skipped.append(Skipped(name, reason, bool(mine)))
+            continue
         if not mine:
             skipped.append(Skipped(name, f"owned by {owner}, not by you ({me}); run clean as {owner}", False))
             continue

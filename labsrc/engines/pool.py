@@ -29,10 +29,12 @@ leave for the next caller on the same connection:
 * a ``SET ROLE`` survives ``RESET ALL``: the connection is closed;
 * a large object or a prepared transaction outlives the session, and every
   session of the role can read it (``lo_get``, ``pg_prepared_xacts.gid``):
-  the reader removes its own (:func:`remove_lasting`) and the connection is
-  closed. Making one takes an injected ``COMMIT`` (the engine's transactions
-  are read-only) and ``SET default_transaction_read_only = off``, which no
-  privilege can take from a role;
+  the reader removes its own in bounded batches, or else the owner does
+  (:mod:`labsrc.engines.lasting`), and the connection is closed; an embedded
+  server does not let the reader create large objects at all. Making one
+  takes an injected ``COMMIT`` (the engine's transactions are read-only) and
+  ``SET default_transaction_read_only = off``, which no privilege can take
+  from a role;
 * ``ALTER ROLE CURRENT_USER SET ...`` defaults, which ``pg_db_role_setting``
   shows every session: the store's owner removes them and the connection is
   closed;
@@ -72,7 +74,6 @@ __all__ = [
     "Timeouts",
     "leftover_state",
     "reader_options",
-    "remove_lasting",
     "reset_session",
     "role_has_defaults",
 ]
@@ -92,6 +93,8 @@ class Timeouts:
     ``connect``: to open a session (libpq's ``connect_timeout``; PostgreSQL's minimum is 2 s) and to wait
     for a free pooled connection. ``statement``: for one SQL statement to finish (``statement_timeout``).
     ``lock``: for a lock another session holds, e.g. an owner's ``LOCK TABLE`` (``lock_timeout``).
+    ``build``: for one statement of the owner's load (``COPY``, an index build), which at 100k chunks takes
+    minutes; every other owner statement has ``statement`` (:mod:`labsrc.engines.owner`).
 
     The first three are enforced by the server. A server that does not run at all (stopped, frozen,
     unreachable without a reset) enforces nothing, so a request also has a deadline in this process,
@@ -102,9 +105,10 @@ class Timeouts:
     connect: float = 10.0
     statement: float = 30.0
     lock: float = 5.0
+    build: float = 3600.0
 
     def __post_init__(self) -> None:
-        for name in ("connect", "statement", "lock"):
+        for name in ("connect", "statement", "lock", "build"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise InvalidArgument(f"timeouts.{name} must be a finite number of seconds > 0, not {value!r}")
@@ -175,14 +179,6 @@ SELECT (SELECT count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql),
          WHERE r.rolname = session_user)
 """
 
-#: The reader's objects that outlive its session (large objects, prepared transactions), removed by the
-#: reader itself (it owns them) in a read-write transaction of its own.
-_REMOVE_LASTING = """
-SELECT count(pg_catalog.lo_unlink(m.oid)) FROM pg_catalog.pg_largeobject_metadata m
- WHERE m.lomowner = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = session_user)
-"""
-
-
 def _driver_prepared(conn: Any) -> int | None:
     """How many statements psycopg prepared on ``conn`` (its cache), or None if this psycopg does not say."""
     names = getattr(getattr(conn, "_prepared", None), "_names", None)
@@ -225,32 +221,6 @@ def leftover_state(conn: Any) -> list[str]:
 
 #: How :func:`leftover_state` names ``ALTER ROLE ... SET`` defaults the reader gave itself (the owner removes them).
 ROLE_DEFAULTS = "session defaults set on the reader role"
-
-
-def remove_lasting(conn: Any) -> None:
-    """Unlink the reader's large objects and roll back its prepared transactions, as the reader (their owner).
-
-    Both outlive the session that made them and any session of the role can read them (``lo_get``,
-    ``pg_prepared_xacts.gid``), so closing the session is not enough. On a hot standby nothing can be
-    removed (nor made): the primary's own reset removes them there, and the standby replays it.
-    """
-    from psycopg import sql
-
-    if conn.execute("SELECT pg_catalog.pg_is_in_recovery()").fetchone()[0]:
-        return
-    gids = [row[0] for row in conn.execute(
-        "SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE owner = session_user "
-        "AND database = pg_catalog.current_database()"
-    )]
-    for gid in gids:
-        conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
-    conn.execute("BEGIN TRANSACTION READ WRITE")
-    try:
-        conn.execute(_REMOVE_LASTING)
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
 
 
 def reset_session(conn: Any) -> list[str]:

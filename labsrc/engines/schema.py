@@ -61,6 +61,7 @@ from typing import Any
 
 from labsrc.engines.authorize import REQUEST_SETTING, RequestSigner
 from labsrc.engines.groups import create_group_table
+from labsrc.engines.privileges import owner_step
 from labsrc.engines.teardown import drop_members, role_elsewhere
 from labsrc.engines.term_dates import DF_FUNCTION
 from labsrc.errors import InvalidArgument, LabError
@@ -237,9 +238,11 @@ def create_tables(conn: Any, schema: str, dimension: int) -> None:
     sql = _sql()
     if not isinstance(dimension, int) or not 1 <= dimension <= 16000:
         raise InvalidArgument(f"vector dimension must be an int in [1, 16000] (pgvector's limit), not {dimension!r}")
-    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    with owner_step(conn, "pgvector"):
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
     ident = sql.Identifier(schema)
-    conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
+    with owner_step(conn, "schema"):
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
     conn.execute(sql.SQL(_CHUNKS).format(schema=ident, dimension=sql.Literal(dimension)))
     conn.execute(sql.SQL(_POSTINGS).format(schema=ident))
     conn.execute(sql.SQL(_VECTORS).format(schema=ident, dimension=sql.Literal(dimension)))
@@ -294,12 +297,13 @@ def create_request_function(conn: Any, schema: str, signer: RequestSigner) -> No
 def create_reader_role(conn: Any, schema: str, role: str, password: str) -> None:
     """The retriever's role: may log in, read the four tables and call :data:`READER_FUNCTIONS`; never past RLS."""
     sql = _sql()
-    conn.execute(
-        sql.SQL(
-            "CREATE ROLE {role} LOGIN PASSWORD {pw} NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE "
-            "NOREPLICATION NOINHERIT"
-        ).format(role=sql.Identifier(role), pw=sql.Literal(password))
-    )
+    with owner_step(conn, "role"):
+        conn.execute(
+            sql.SQL(
+                "CREATE ROLE {role} LOGIN PASSWORD {pw} NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE "
+                "NOREPLICATION NOINHERIT"
+            ).format(role=sql.Identifier(role), pw=sql.Literal(password))
+        )
     # The owner a member of its reader (it may: CREATEROLE made the role, with ADMIN on it), so an owner that is
     # not a superuser may still end the reader's sessions, remove what it made and drop what it owns (close()).
     conn.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(sql.Identifier(role)))

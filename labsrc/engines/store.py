@@ -24,27 +24,20 @@ from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from labsrc.engines.authorize import RequestSigner
-from labsrc.engines.deadline import DeadlineExpired, watch
+from labsrc.engines.deadline import request_deadline, watch
 from labsrc.engines.errors import driver_errors, first_line, hide_password, server_name
 from labsrc.engines.groups import create_group_triggers, fill_group_stats
-from labsrc.engines.loading import LoadStats, document_vectors, load_corpus
+from labsrc.engines.loading import LoadStats, document_vectors, load_corpus, longest_key
 from labsrc.engines.orphans import drop_orphans, mark_owned, mark_reader
-from labsrc.engines.pool import (
-    DEFAULT_TIMEOUTS,
-    ROLE_DEFAULTS,
-    Timeouts,
-    reader_options,
-    remove_lasting,
-    reset_session,
-    role_has_defaults,
-)
+from labsrc.engines.lasting import forbid_large_objects, owner_removes, remove_lasting, unlink_objects
+from labsrc.engines.owner import building, connect_owner, drop_or_say
+from labsrc.engines.pool import DEFAULT_TIMEOUTS, ROLE_DEFAULTS, Timeouts, reader_options, reset_session, role_has_defaults
 from labsrc.engines.schema import (
     INDEX_BUILD_MEMORY,
     create_indexes,
     create_reader_role,
     create_request_function,
     create_tables,
-    drop_store,
     enable_row_security,
     reset_role_settings,
 )
@@ -117,8 +110,9 @@ class PostgresStore:
         #: Schemas of dead processes this store dropped when it started (:func:`~labsrc.engines.orphans.drop_orphans`).
         self.orphans_dropped: tuple[str, ...] = ()
         self._count_lock = threading.Lock()
+        self._kept_objects: list[int] = []  # the reader's large objects the owner took over but could not unlink yet
         try:
-            self.admin = self._psycopg.connect(self.dsn, autocommit=True, connect_timeout=timeouts.connect_s)
+            self.admin = connect_owner(self._psycopg, self.dsn, timeouts)  # lock and statement timeouts on every statement
         except (self._psycopg.Error, UnicodeError) as exc:
             self._stop_server()
             raise InvalidArgument(
@@ -146,6 +140,8 @@ class PostgresStore:
     ) -> LoadStats:
         if self.server is None:  # a server by DSN: drop what killed processes left there (labsrc.engines.orphans)
             self.orphans_dropped = tuple(drop_orphans(self.admin))
+        if self.server is not None:  # its own server, as a superuser: no reader session makes a large object
+            forbid_large_objects(self.admin)
         vectors, dimension = document_vectors(chunks, source)
         create_tables(self.admin, self.schema, dimension)
         mark_owned(self.admin, self.schema)  # the admin session holds the schema's lock for the store's lifetime
@@ -154,17 +150,18 @@ class PostgresStore:
         ).fetchone()[0]
         self.search_path = f'"{self.schema}", "{self.vector_schema}"'
         self.admin.execute(f"SET search_path = {self.search_path}")
-        stats = load_corpus(self.admin, chunks, vectors, analyzer, progress=progress)
-        self.groups = fill_group_stats(self.admin, self.schema)
-        create_group_triggers(self.admin, self.schema)
-        try:
-            create_indexes(self.admin, self.schema)
-        except self._psycopg.errors.ProgramLimitExceeded as exc:
-            raise InvalidArgument(
-                f"PostgreSQL cannot index this corpus: {first_line(exc)}; a chunk_id, region, acl_tag or analysed "
-                f"term (with the others in its row) must stay under about 2,700 bytes{_longest_key(chunks, analyzer)}"
-            ) from exc
-        self.term_rows = create_term_dates(self.admin, self.schema)
+        with building(self.admin, self.timeouts):  # statements that take minutes at 100k chunks
+            stats = load_corpus(self.admin, chunks, vectors, analyzer, progress=progress)
+            self.groups = fill_group_stats(self.admin, self.schema)
+            create_group_triggers(self.admin, self.schema)
+            try:
+                create_indexes(self.admin, self.schema)
+            except self._psycopg.errors.ProgramLimitExceeded as exc:
+                raise InvalidArgument(
+                    f"PostgreSQL cannot index this corpus: {first_line(exc)}; a chunk_id, region, acl_tag or analysed "
+                    f"term (with the others in its row) must stay under about 2,700 bytes{longest_key(chunks, analyzer)}"
+                ) from exc
+            self.term_rows = create_term_dates(self.admin, self.schema)
         create_request_function(self.admin, self.schema, self._signer)
         create_df_function(self.admin, self.schema)
         create_reader_role(self.admin, self.schema, self.role, self._password)
@@ -198,19 +195,34 @@ class PostgresStore:
     def _reset(self, conn: Any) -> None:
         """A connection back from a request: nothing it set, created, prepared, held or listened to reaches the
         next request. Settings and temporary objects are undone; anything else closes the connection (the pool
-        discards a connection whose reset raises, and opens a new session in its place).
+        discards a connection whose reset raises, and opens a new session in its place). What outlives the
+        session is removed in bounded batches, by the reader or else by the owner (:mod:`labsrc.engines.lasting`).
         """
         with watch(conn, self.timeouts.request):  # housekeeping: not the lanes' statement budget
             leftovers = reset_session(conn)
-            if leftovers:
+        if not leftovers:
+            return
+        with self._count_lock:
+            self.discarded_sessions += 1
+        try:
+            with watch(conn, self.timeouts.request):
                 remove_lasting(conn)  # large objects, prepared transactions: they outlive the session
+        except (self._psycopg.Error, LabError):
+            self._owner_removes()  # the session is discarded either way; the owner takes over what it made
         if ROLE_DEFAULTS in leftovers:
             with self._admin_lock:
                 reset_role_settings(self.admin, self.role)
-        if leftovers:
-            with self._count_lock:
-                self.discarded_sessions += 1
-            raise LabError(f"a request left {', '.join(leftovers)} on its session; closing it")
+        raise LabError(f"a request left {', '.join(leftovers)} on its session; closing it")
+
+    def _owner_removes(self) -> None:
+        """The reader's large objects, taken over and unlinked by the owner; those another role holds wait for close()."""
+        try:
+            with self._admin_lock, driver_errors(self.server_name, self.timeouts, self.dsn):
+                _, left = owner_removes(self.admin, self.role)
+        except LabError as exc:
+            warnings.warn(f"the reader's large objects were not all removed: {exc}", RuntimeWarning, stacklevel=3)
+            return
+        self._kept_objects.extend(left)
 
     def _open_pool(self) -> Any:
         pool = self._pool_module.ConnectionPool(
@@ -265,7 +277,7 @@ class PostgresStore:
             raise LabError("this PostgreSQL store is closed")
         with driver_errors(self.server_name, self.timeouts, self.dsn):
             with self._session(boundary_key(caller, on_date)) as conn:
-                with self._deadline(conn, self.timeouts.request):
+                with request_deadline(conn, self.timeouts.request, self.server_name):
                     with conn.pipeline() if pipeline else nullcontext():
                         with conn.transaction():
                             self._signer.authorize(conn, caller, on_date)
@@ -286,26 +298,6 @@ class PostgresStore:
                     yield conn
                     return
                 conn.close()
-
-    @contextmanager
-    def _deadline(self, conn: Any, seconds: float) -> Iterator[None]:
-        """Cut ``conn`` if the block outlasts ``seconds`` (:mod:`labsrc.engines.deadline`), and say so in one line."""
-        try:
-            with watch(conn, seconds) as deadline:
-                try:
-                    yield
-                except self._psycopg.Error as exc:
-                    if deadline.expired:
-                        raise LabError(
-                            f"PostgreSQL at {self.server_name} did not answer within the request deadline ({seconds:g} s "
-                            f"= connect + statement timeout); the server may be stopped or overloaded: {first_line(exc)}"
-                        ) from exc
-                    raise
-        except DeadlineExpired as exc:
-            raise LabError(
-                f"PostgreSQL at {self.server_name} answered just after the request deadline ({seconds:g} s = connect + "
-                "statement timeout); the request's connection was cut and will be replaced"
-            ) from exc
 
     def connect_as(self, caller: Caller, on_date: dt.date) -> Any:
         """A new reader-role connection (not pooled) inside a transaction authorized for ``caller`` on ``on_date``.
@@ -333,7 +325,7 @@ class PostgresStore:
             return self.hnsw
         with self._admin_lock:
             if self.hnsw is None:
-                with driver_errors(self.server_name, self.timeouts, self.dsn):
+                with driver_errors(self.server_name, self.timeouts, self.dsn), building(self.admin, self.timeouts):
                     # The graph is built fastest in memory: pgvector warns and slows down once it outgrows this.
                     self.admin.execute(f"SET maintenance_work_mem = '{INDEX_BUILD_MEMORY}'")
                     try:
@@ -354,8 +346,13 @@ class PostgresStore:
             self.server.stop()
 
     def close(self) -> None:
-        """Close connections, drop the schema and role, stop the embedded server (idempotent, never raises
-        for a server that is already gone: an embedded one is deleted whole either way)."""
+        """Close connections, drop the schema and role, stop the embedded server (idempotent).
+
+        Never raises for a server that is gone (an embedded one is deleted whole either way) or for a lock another
+        role holds: each statement gives up after the lock timeout, and a :class:`RuntimeWarning` says in one line
+        what was kept and why (``schema lab_… and role … kept: role eve (pid 4242) holds a lock on large object
+        16411``); ``labsrc engines clean`` drops it later. With the default timeouts it ends within about 15 s.
+        """
         if self.closed:
             return
         self.closed = True
@@ -365,7 +362,14 @@ class PostgresStore:
             if self.admin is not None and self.server is None:  # an embedded server is deleted whole
                 try:
                     with self._admin_lock, driver_errors(self.server_name, self.timeouts, self.dsn):
-                        drop_store(self.admin, self.schema, self.role)  # ends connect_as sessions left open too
+                        kept = unlink_objects(self.admin, self._kept_objects)
+                        why = drop_or_say(self.admin, self.schema, self.role)  # ends connect_as sessions left open too
+                    said = f"schema {self.schema} and role {self.role} kept: {why}" if why else ""
+                    if kept:
+                        said = f"{said}; " if said else ""
+                        said += f"large objects {', '.join(map(str, kept[:3]))} kept: another role holds a lock on them"
+                    if said:
+                        warnings.warn(said, RuntimeWarning, stacklevel=2)
                 except LabError as exc:
                     if not isinstance(exc.__cause__, self._psycopg.OperationalError):
                         raise
@@ -380,15 +384,3 @@ class PostgresStore:
             finally:
                 self._stop_server()
 
-
-def _longest_key(chunks: Sequence[PolicyChunk], analyzer: Callable[[str], list[str]]) -> str:
-    """``; the longest is chunk 'x' field 'y' (n bytes)``, to point at the value PostgreSQL refused."""
-    best: tuple[int, str, str] = (0, "", "")
-    for chunk in chunks:
-        for name in ("chunk_id", "region", "acl_tag"):
-            size = len(getattr(chunk, name).encode("utf-8"))
-            best = max(best, (size, chunk.chunk_id, name))
-        for term in set(analyzer(chunk.text)):
-            best = max(best, (len(term.encode("utf-8")), chunk.chunk_id, "text (an analysed term)"))
-    size, chunk_id, name = best
-    return f"; the longest is chunk {chunk_id[:60]!r} field {name} ({size:,} bytes)" if size else ""
