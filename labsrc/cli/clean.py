@@ -53,6 +53,11 @@ def run_clean(args: argparse.Namespace) -> int:
             print(f"dropped schema {schema} (left by a process that is gone before it created role {role})")
     for each in cleaned.skipped:
         print(one_line(f"skipped {each.schema}: {each.reason}"))
+    if cleaned.objects:
+        print(f"removed {cleaned.objects:,} large object(s) taken over from the readers of stores that are gone")
+    if cleaned.objects_held:
+        held = ", ".join(map(str, cleaned.objects_held[:3])) + (" and others" if len(cleaned.objects_held) > 3 else "")
+        print(f"kept large object(s) {held}: another role holds a lock on them (they are yours, readable by no one else)")
     return 0
 
 

@@ -35,12 +35,25 @@ or names it if it is still held then.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["LARGE_OBJECT_BATCH", "LARGE_OBJECT_MAKERS", "forbid_large_objects", "owner_removes", "remove_lasting", "unlink_objects"]
+__all__ = [
+    "LARGE_OBJECT_BATCH",
+    "LARGE_OBJECT_MAKERS",
+    "TAKEN_OVER",
+    "forbid_large_objects",
+    "owner_removes",
+    "remove_lasting",
+    "unlink_objects",
+    "unlink_taken_over",
+]
 
 #: Large objects unlinked per transaction: well under the server's shared lock table (6,400 slots by default).
 LARGE_OBJECT_BATCH = 500
+
+#: How the comment on a large object the owner took over from a store's reader begins (the schema follows).
+TAKEN_OVER = "labsrc store reader's object, taken over by the owner: "
 
 #: Every function that creates a large object (``lo_put`` and ``lo_open`` write only ones that exist).
 LARGE_OBJECT_MAKERS = (
@@ -105,13 +118,14 @@ def remove_lasting(conn: Any) -> int:
     return _in_batches(conn, _UNLINK_BATCH, {"role": role, "batch": LARGE_OBJECT_BATCH})
 
 
-def owner_removes(conn: Any, role: str) -> tuple[int, list[int]]:
+def owner_removes(conn: Any, schema: str, role: str) -> tuple[int, list[int]]:
     """As the owner (a member of ``role``, ``conn`` in autocommit mode): take ``role``'s large objects over,
     revoking every grant on them, then unlink them, :data:`LARGE_OBJECT_BATCH` per transaction.
 
     Taking over touches the objects' metadata only, so a co-tenant holding one's pages does not hold it up:
     afterwards no reader session and no other role may read any of them. Returns how many were unlinked and
-    the objects left (the owner's now, readable by nobody else) because a lock on them timed out.
+    the objects left (the owner's now, readable by nobody else) because a lock on them timed out; each carries
+    :data:`TAKEN_OVER` and ``schema`` as its comment, so :func:`unlink_taken_over` finds it once the store is gone.
     """
     from psycopg import errors, sql
 
@@ -129,6 +143,7 @@ def owner_removes(conn: Any, role: str) -> tuple[int, list[int]]:
                 ))
             for oid in oids:
                 conn.execute(sql.SQL("ALTER LARGE OBJECT {} OWNER TO CURRENT_USER").format(sql.Literal(oid)))
+                conn.execute(sql.SQL("COMMENT ON LARGE OBJECT {} IS {}").format(sql.Literal(oid), sql.Literal(TAKEN_OVER + schema)))
         try:
             with conn.transaction():
                 conn.execute("SELECT count(pg_catalog.lo_unlink(o)) FROM unnest(%s::oid[]) AS o", (oids,))
@@ -156,6 +171,21 @@ def unlink_objects(conn: Any, oids: list[int]) -> list[int]:
         except errors.LockNotAvailable:
             left.extend(batch)
     return left
+
+
+def unlink_taken_over(conn: Any, live: Sequence[str]) -> tuple[int, list[int]]:
+    """Unlink the large objects :func:`owner_removes` took over for stores that are gone (not in ``live``), as
+    their owner, :data:`LARGE_OBJECT_BATCH` per transaction; returns how many, and those a lock still holds."""
+    oids = [
+        int(oid)
+        for oid, comment in conn.execute(
+            "SELECT m.oid, pg_catalog.obj_description(m.oid, 'pg_largeobject') FROM pg_catalog.pg_largeobject_metadata m "
+            "WHERE m.lomowner = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = CURRENT_USER) ORDER BY m.oid"
+        ).fetchall()
+        if comment and comment.startswith(TAKEN_OVER) and comment[len(TAKEN_OVER) :] not in live
+    ]
+    left = unlink_objects(conn, oids)
+    return len(oids) - len(left), left
 
 
 def forbid_large_objects(conn: Any) -> None:

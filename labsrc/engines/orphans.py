@@ -69,6 +69,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labsrc.engines.errors import first_line
+from labsrc.engines.lasting import unlink_taken_over
 from labsrc.engines.owner import drop_or_say
 from labsrc.engines.teardown import outside_dependents
 from labsrc.errors import InvalidArgument, LabError
@@ -131,6 +132,10 @@ class Cleaned:
     #: A store killed before it created its role (the last step of loading) leaves a schema without one.
     roles: tuple[str, ...]
     skipped: tuple[Skipped, ...]
+    #: Large objects a store's owner took over from its reader (:func:`~labsrc.engines.lasting.owner_removes`)
+    #: and unlinked now that the store is gone; and those another role's lock still holds.
+    objects: int = 0
+    objects_held: tuple[int, ...] = ()
 
 
 # The names PostgresStore gives its schemas: "lab_" and secrets.token_hex(4).
@@ -258,7 +263,9 @@ def clean_orphans(conn: Any) -> Cleaned:
         finally:
             if not conn.closed:
                 conn.execute("SELECT pg_catalog.pg_advisory_unlock(%s::int4, %s::int4)", (first, second))
-    return Cleaned(tuple(dropped), tuple(roles), tuple(sorted(skipped, key=lambda each: each.schema)))
+    live = [row[0] for row in conn.execute("SELECT nspname FROM pg_catalog.pg_namespace WHERE nspname ~ '^lab_[0-9a-f]{8}$'")]
+    objects, held = unlink_taken_over(conn, live)
+    return Cleaned(tuple(dropped), tuple(roles), tuple(sorted(skipped, key=lambda each: each.schema)), objects, tuple(held))
 
 
 def drop_orphans(conn: Any) -> list[str]:

@@ -23,7 +23,7 @@ object 16411``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -40,7 +40,7 @@ WITH mine AS (
     WHERE n.nspname = %(schema)s
 ), objects AS (
     SELECT array_agg(m.oid ORDER BY m.oid) AS oids FROM pg_catalog.pg_largeobject_metadata m
-    JOIN pg_catalog.pg_roles r ON r.oid = m.lomowner WHERE r.rolname = %(role)s
+    JOIN pg_catalog.pg_roles r ON r.oid = m.lomowner WHERE r.rolname = %(role)s OR m.oid = ANY (%(taken)s::oid[])
 )
 SELECT DISTINCT a.usename, a.pid,
        CASE WHEN l.relation IN (SELECT oid FROM mine) THEN 'table ' || l.relation::regclass::text
@@ -85,10 +85,10 @@ def building(conn: Any, timeouts: Timeouts) -> Iterator[None]:
             owner_timeouts(conn, timeouts)
 
 
-def holders(conn: Any, schema: str, role: str) -> list[str]:
-    """Who else holds a lock on what ``schema`` and ``role`` made, one phrase each, sorted:
-    ``role eve (pid 4242) holds a lock on large object 16411``. Empty: no other role does."""
-    rows = conn.execute(_HOLDERS, {"schema": schema, "role": role}).fetchall()
+def holders(conn: Any, schema: str, role: str, taken: Sequence[int] = ()) -> list[str]:
+    """Who else holds a lock on what ``schema`` and ``role`` made (and the large objects ``taken`` over from the
+    role), one phrase each, sorted: ``role eve (pid 4242) holds a lock on large object 16411``. Empty: nobody."""
+    rows = conn.execute(_HOLDERS, {"schema": schema, "role": role, "taken": list(taken)}).fetchall()
     return [f"role {user} (pid {pid}) holds a lock on {what}" for user, pid, what in rows]
 
 

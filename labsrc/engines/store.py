@@ -30,7 +30,7 @@ from labsrc.engines.groups import create_group_triggers, fill_group_stats
 from labsrc.engines.loading import LoadStats, document_vectors, load_corpus, longest_key
 from labsrc.engines.orphans import drop_orphans, mark_owned, mark_reader
 from labsrc.engines.lasting import forbid_large_objects, owner_removes, remove_lasting, unlink_objects
-from labsrc.engines.owner import building, connect_owner, drop_or_say
+from labsrc.engines.owner import building, connect_owner, drop_or_say, holders
 from labsrc.engines.pool import DEFAULT_TIMEOUTS, ROLE_DEFAULTS, Timeouts, reader_options, reset_session, role_has_defaults
 from labsrc.engines.schema import (
     INDEX_BUILD_MEMORY,
@@ -218,7 +218,7 @@ class PostgresStore:
         """The reader's large objects, taken over and unlinked by the owner; those another role holds wait for close()."""
         try:
             with self._admin_lock, driver_errors(self.server_name, self.timeouts, self.dsn):
-                _, left = owner_removes(self.admin, self.role)
+                _, left = owner_removes(self.admin, self.schema, self.role)
         except LabError as exc:
             warnings.warn(f"the reader's large objects were not all removed: {exc}", RuntimeWarning, stacklevel=3)
             return
@@ -363,13 +363,14 @@ class PostgresStore:
                 try:
                     with self._admin_lock, driver_errors(self.server_name, self.timeouts, self.dsn):
                         kept = unlink_objects(self.admin, self._kept_objects)
+                        held = "; ".join(holders(self.admin, self.schema, self.role, kept)) if kept else ""
                         why = drop_or_say(self.admin, self.schema, self.role)  # ends connect_as sessions left open too
-                    said = f"schema {self.schema} and role {self.role} kept: {why}" if why else ""
-                    if kept:
-                        said = f"{said}; " if said else ""
-                        said += f"large objects {', '.join(map(str, kept[:3]))} kept: another role holds a lock on them"
+                    said = [f"schema {self.schema} and role {self.role} kept: {why}"] if why else []
+                    if kept:  # the owner's since the reset took them over: nobody else may read them
+                        said.append(f"large object {', '.join(map(str, kept[:3]))}{' and others' if len(kept) > 3 else ''} "
+                                    f"kept (the owner's, readable by no other role): {held or 'a lock on it timed out'}")
                     if said:
-                        warnings.warn(said, RuntimeWarning, stacklevel=2)
+                        warnings.warn("; ".join(said), RuntimeWarning, stacklevel=2)
                 except LabError as exc:
                     if not isinstance(exc.__cause__, self._psycopg.OperationalError):
                         raise
