@@ -120,6 +120,43 @@ def test_setting_names_left_in_a_session_never_reach_a_caller_of_another_boundar
     assert engine.store.session_boundaries.closed == switched + 1
 
 
+def retag(engine, chunk_id: str, tag: str) -> None:
+    """The owner moves ``chunk_id`` to ``tag``, in every table that keeps its boundary, in one transaction."""
+    with engine.store._admin_lock, engine.store.admin.transaction():
+        for table in ("lab_chunks", "lab_postings", "lab_vectors"):
+            engine.store.admin.execute(f"UPDATE {table} SET acl_tag = %s WHERE chunk_id = %s", (tag, chunk_id))
+
+
+def test_after_a_retag_no_setting_planted_by_an_earlier_request_is_visible(engine, data, maya):
+    ids = lukas_ids(engine, data)
+    moved = ids[0]
+    own_tag = next(c.acl_tag for c in data.chunks if c.chunk_id == moved)
+    plant = "SELECT count(set_config('leak.' || regexp_replace(chunk_id, '[^a-z0-9]', '_', 'g'), '', false)) FROM lab_chunks"
+    name = f"current_setting('leak.{moved.replace('-', '_')}', true) IS NOT NULL"
+    # A write to rows Luna cannot see leaves her session (and what it holds) as it was: her rows did not change.
+    pid = inject(engine, data.luna, data.eval_date, plant)
+    hidden = next(c for c in data.chunks if c.chunk_id not in ids)
+    retag(engine, hidden.chunk_id, hidden.acl_tag + "-moved")
+    try:
+        assert read(engine, data.luna, data.eval_date, f"SELECT pg_backend_pid(), {name}") == [(pid, True)]
+    finally:
+        retag(engine, hidden.chunk_id, hidden.acl_tag)
+
+    pid = inject(engine, data.luna, data.eval_date, plant)
+    stale = engine.store.session_boundaries.stale
+    retag(engine, moved, "retired")  # away from Luna: the name spells a chunk she may no longer see
+    try:
+        wait_returned(engine)
+        [(now, visible)] = read(engine, data.luna, data.eval_date, f"SELECT pg_backend_pid(), {name}")
+        assert now != pid and not visible
+        assert engine.store.session_boundaries.stale == stale + 1
+        assert moved not in {r[0] for r in read(engine, data.luna, data.eval_date, "SELECT chunk_id FROM lab_chunks")}
+    finally:
+        retag(engine, moved, own_tag)
+    wait_returned(engine)
+    assert moved in {r[0] for r in read(engine, data.luna, data.eval_date, "SELECT chunk_id FROM lab_chunks")}
+
+
 def test_the_same_caller_on_another_date_gets_another_session(engine, data):
     pid = inject(engine, data.luna, data.eval_date, "SELECT 1")
     other_day = data.eval_date.replace(year=data.eval_date.year - 1)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GROUP_KEY", "create_group_table", "create_group_triggers", "fill_group_stats"]
+__all__ = ["GROUP_KEY", "NEW_VERSION", "create_group_table", "create_group_triggers", "fill_group_stats"]
 
 #: The columns a boundary group shares: exactly the columns the boundary policy reads.
 GROUP_KEY = ("region", "acl_tag", "effective_from", "effective_to")
@@ -44,7 +44,8 @@ CREATE TABLE {schema}.lab_group_stats (
     effective_from date NOT NULL,
     effective_to   date,
     n_docs         int8 NOT NULL,
-    total_len      int8 NOT NULL
+    total_len      int8 NOT NULL,
+    version        int8 NOT NULL      -- drawn at random whenever a chunk of the group changes (sessions.py)
 )
 """
 
@@ -53,14 +54,19 @@ CREATE TABLE {schema}.lab_group_stats (
 # (labsrc.engines.schema explains why every reader index is built this way).
 _KEY = """
 CREATE UNIQUE INDEX lab_group_stats_key ON {schema}.lab_group_stats
-    (region, acl_tag, effective_from, (COALESCE(effective_to, 'infinity'::date))) INCLUDE (n_docs, total_len, effective_to)
+    (region, acl_tag, effective_from, (COALESCE(effective_to, 'infinity'::date))) INCLUDE (n_docs, total_len, effective_to, version)
 """
+
+#: A group's new version: random, so the numbers a reader sees say nothing about changes to hidden groups
+#: (a counter would count them). 4e18 stays inside int8 however ``random()`` rounds.
+NEW_VERSION = "(pg_catalog.random() * 4e18)::int8"
 
 _CONFLICT = "ON CONFLICT (region, acl_tag, effective_from, (COALESCE(effective_to, 'infinity'::date)))"
 
 _FILL = """
 INSERT INTO {schema}.lab_group_stats
-SELECT region, acl_tag, effective_from, effective_to, count(*), sum(doc_len) FROM {schema}.lab_chunks GROUP BY 1, 2, 3, 4
+SELECT region, acl_tag, effective_from, effective_to, count(*), sum(doc_len), {version} FROM {schema}.lab_chunks
+GROUP BY 1, 2, 3, 4
 """
 
 # One function for the three triggers; each branch reads only the transition tables its trigger defines.
@@ -71,15 +77,19 @@ AS $fn$
 BEGIN
     IF TG_OP IN ('DELETE', 'UPDATE') THEN
         INSERT INTO {schema}.lab_group_stats AS g
-        SELECT region, acl_tag, effective_from, effective_to, -count(*), -sum(doc_len) FROM old_rows GROUP BY 1, 2, 3, 4
+        SELECT region, acl_tag, effective_from, effective_to, -count(*), -sum(doc_len), {version} FROM old_rows
+        GROUP BY 1, 2, 3, 4
         {conflict}
-        DO UPDATE SET n_docs = g.n_docs + excluded.n_docs, total_len = g.total_len + excluded.total_len;
+        DO UPDATE SET n_docs = g.n_docs + excluded.n_docs, total_len = g.total_len + excluded.total_len,
+                      version = excluded.version;
     END IF;
     IF TG_OP IN ('INSERT', 'UPDATE') THEN
         INSERT INTO {schema}.lab_group_stats AS g
-        SELECT region, acl_tag, effective_from, effective_to, count(*), sum(doc_len) FROM new_rows GROUP BY 1, 2, 3, 4
+        SELECT region, acl_tag, effective_from, effective_to, count(*), sum(doc_len), {version} FROM new_rows
+        GROUP BY 1, 2, 3, 4
         {conflict}
-        DO UPDATE SET n_docs = g.n_docs + excluded.n_docs, total_len = g.total_len + excluded.total_len;
+        DO UPDATE SET n_docs = g.n_docs + excluded.n_docs, total_len = g.total_len + excluded.total_len,
+                      version = excluded.version;
     END IF;
     DELETE FROM {schema}.lab_group_stats WHERE n_docs = 0;  -- an emptied group leaves no row behind
     RETURN NULL;
@@ -98,10 +108,51 @@ _TRIGGERS = (
 )
 
 
+# A direct write to the postings or the vectors (the chunks' own triggers cover lab_chunks) gives each group it
+# touched a new version too; TRUNCATE, which has no transition table, gives every group one.
+_BUMP = """
+CREATE FUNCTION {schema}.lab_group_version_bump() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        UPDATE {schema}.lab_group_stats SET version = {version};
+    ELSE
+        UPDATE {schema}.lab_group_stats AS g SET version = {version}
+        FROM (SELECT DISTINCT region, acl_tag, effective_from, effective_to FROM changed_rows) AS c
+        WHERE g.region = c.region AND g.acl_tag = c.acl_tag AND g.effective_from = c.effective_from
+          AND g.effective_to IS NOT DISTINCT FROM c.effective_to;
+    END IF;
+    RETURN NULL;
+END
+$fn$
+"""
+
+_BUMP_TRIGGERS = tuple(
+    f"CREATE TRIGGER lab_group_version_{table.removeprefix('lab_')}_{event.lower()} AFTER {event} ON {{schema}}.{table} "
+    + ("" if event == "TRUNCATE" else f"REFERENCING {'OLD' if event == 'DELETE' else 'NEW'} TABLE AS changed_rows ")
+    + "FOR EACH STATEMENT EXECUTE FUNCTION {schema}.lab_group_version_bump()"
+    for table in ("lab_postings", "lab_vectors")
+    for event in ("INSERT", "DELETE", "TRUNCATE")
+)
+
+# An UPDATE can move rows between groups: both sides get a new version (a trigger has one name per table).
+_BUMP_UPDATE = tuple(
+    f"CREATE TRIGGER lab_group_version_{table.removeprefix('lab_')}_update_{side.lower()} AFTER UPDATE ON {{schema}}.{table} "
+    f"REFERENCING {side} TABLE AS changed_rows FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.lab_group_version_bump()"
+    for table in ("lab_postings", "lab_vectors")
+    for side in ("OLD", "NEW")
+)
+
+
 def _run(conn: Any, statement: str, schema: str) -> None:
     from psycopg import sql
 
-    conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema), conflict=sql.SQL(_CONFLICT)))
+    conn.execute(
+        sql.SQL(statement).format(
+            schema=sql.Identifier(schema), conflict=sql.SQL(_CONFLICT), version=sql.SQL(NEW_VERSION)
+        )
+    )
 
 
 def create_group_table(conn: Any, schema: str) -> None:
@@ -121,5 +172,6 @@ def fill_group_stats(conn: Any, schema: str) -> int:
 def create_group_triggers(conn: Any, schema: str) -> None:
     """From now on every write to ``lab_chunks`` updates its groups' rows in the same transaction."""
     _run(conn, _APPLY, schema)
-    for statement in _TRIGGERS:
+    _run(conn, _BUMP, schema)
+    for statement in (*_TRIGGERS, *_BUMP_TRIGGERS, *_BUMP_UPDATE):
         _run(conn, statement, schema)

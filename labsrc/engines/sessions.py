@@ -27,6 +27,21 @@ after another, 10 a set, 65.1 / 125.5 against 54.6 / 131.7 (1.19× / 0.95×).
 
 The caller's ``actor_id`` is not part of the key: two actors with the same region
 and tags see the same rows on the same day.
+
+Same key, same rows holds only while the rows stay as they are. When the owner
+re-tags a chunk away from Luna, her next request would reuse a session whose
+placeholder names that chunk. So a session is also bound to the *corpus
+version* its first request saw (:func:`corpus_version`): every boundary group
+(:mod:`labsrc.engines.groups`) carries a version drawn at random whenever one
+of its chunks, postings or vectors is written, and a request reads, through
+row-level security, the count and the sum of the versions of the groups it may
+see. Any write to a row the caller sees (a load, an update, a delete, a
+re-tag away from or into the caller's groups) changes that pair; a write to
+rows the caller does not see does not, and the random versions say nothing
+about it. A request whose pair differs from its session's first one closes the
+session (:meth:`SessionBoundaries.same_corpus`) before it runs anything else,
+and takes a fresh one. It costs one statement per request, sent with the
+authorization.
 """
 
 from __future__ import annotations
@@ -38,10 +53,20 @@ from typing import Any
 
 from labsrc.records.policy import Caller
 
-__all__ = ["BoundaryKey", "SessionBoundaries", "boundary_key"]
+__all__ = ["CORPUS_VERSION", "BoundaryKey", "SessionBoundaries", "boundary_key", "corpus_version"]
+
+#: The version of the rows an authorized request sees: how many boundary groups, and the sum of their versions
+#: (qualified by the caller: ``{schema}``), read through the same row-level security as every lane.
+CORPUS_VERSION = 'SELECT count(*), sum(version) FROM "{schema}".lab_group_stats'
 
 #: What decides the rows a request sees: region, sorted ACL tags, ISO date.
 BoundaryKey = tuple[str, tuple[str, ...], str]
+
+
+def corpus_version(conn: Any, schema: str) -> tuple[int, int]:
+    """The version of the rows ``conn``'s authorized transaction sees (:data:`CORPUS_VERSION`)."""
+    count, total = conn.execute(CORPUS_VERSION.format(schema=schema)).fetchone()
+    return int(count), int(total or 0)
 
 
 def boundary_key(caller: Caller, on_date: dt.date) -> BoundaryKey:
@@ -57,9 +82,12 @@ class SessionBoundaries:
 
     def __init__(self) -> None:
         self._served: weakref.WeakKeyDictionary[Any, BoundaryKey] = weakref.WeakKeyDictionary()
+        self._versions: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         #: Sessions closed because a request of another boundary drew them.
         self.closed = 0
+        #: Sessions closed because the rows of their boundary changed since their first request.
+        self.stale = 0
 
     def claim(self, conn: Any, key: BoundaryKey) -> bool:
         """Whether ``conn`` may serve a request with ``key`` (a new session may, and is bound to ``key``)."""
@@ -68,4 +96,13 @@ class SessionBoundaries:
             if served == key:
                 return True
             self.closed += 1
+            return False
+
+    def same_corpus(self, conn: Any, version: tuple[int, int]) -> bool:
+        """Whether ``conn``'s rows are still those of its first request (a new session is bound to ``version``)."""
+        with self._lock:
+            seen = self._versions.setdefault(conn, version)
+            if seen == version:
+                return True
+            self.stale += 1
             return False

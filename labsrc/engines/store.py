@@ -43,7 +43,7 @@ from labsrc.engines.schema import (
 )
 from labsrc.engines.term_dates import create_df_function, create_term_dates
 from labsrc.engines.server import EmbeddedServer, require_psycopg, require_psycopg_pool, server_versions
-from labsrc.engines.sessions import SessionBoundaries, boundary_key
+from labsrc.engines.sessions import SessionBoundaries, boundary_key, corpus_version
 from labsrc.errors import InvalidArgument, LabError
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import Caller, PolicyChunk
@@ -271,31 +271,36 @@ class PostgresStore:
         With ``pipeline=True`` the connection is in psycopg's pipeline mode: statements are sent as they are
         executed but the client waits only when it fetches a result, so statements executed between two
         fetches share one round trip (``BEGIN`` travels with the authorization's first query, the token with
-        the next statement). Every statement runs in the same order as without it.
+        the corpus version's, :mod:`labsrc.engines.sessions`). Every statement runs in the same order as without it.
         """
         if self.closed or self.pool is None:
             raise LabError("this PostgreSQL store is closed")
         with driver_errors(self.server_name, self.timeouts, self.dsn):
-            with self._session(boundary_key(caller, on_date)) as conn:
-                with request_deadline(conn, self.timeouts.request, self.server_name):
-                    with conn.pipeline() if pipeline else nullcontext():
-                        with conn.transaction():
-                            self._signer.authorize(conn, caller, on_date)
-                            yield conn
+            yield from self._session(caller, on_date, pipeline)
 
-    @contextmanager
-    def _session(self, key: Any) -> Iterator[Any]:
-        """A pooled session that has served only requests with boundary ``key`` (a fresh one if need be).
+    def _session(self, caller: Caller, on_date: dt.date, pipeline: bool) -> Iterator[Any]:
+        """An authorized pooled session that has served only requests that saw exactly these rows.
 
-        A session drawn by a request of another boundary is closed (the pool opens a new one): what an
-        earlier request may have left in it, such as placeholder setting names, holds only rows of its own
-        boundary (:mod:`labsrc.engines.sessions`). Waiting is bounded by the connect timeout in all.
+        A session drawn by a request of another boundary is closed (the pool opens a new one): what an earlier
+        request may have left in it, such as placeholder setting names, holds only rows of its own boundary. So
+        is one whose boundary's rows changed since its first request, found once this request is authorized
+        (:mod:`labsrc.engines.sessions`). Waiting for a session is bounded by the connect timeout in all.
         """
+        key = boundary_key(caller, on_date)
         deadline = time.monotonic() + self.timeouts.connect
         while True:
             with self.pool.connection(timeout=max(deadline - time.monotonic(), 0.001)) as conn:
+                current = False
                 if self.session_boundaries.claim(conn, key):
-                    yield conn
+                    with request_deadline(conn, self.timeouts.request, self.server_name):
+                        with conn.pipeline() if pipeline else nullcontext():
+                            with conn.transaction():
+                                self._signer.authorize(conn, caller, on_date)
+                                version = corpus_version(conn, self.schema)
+                                current = self.session_boundaries.same_corpus(conn, version)
+                                if current:
+                                    yield conn
+                if current:
                     return
                 conn.close()
 
