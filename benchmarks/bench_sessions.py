@@ -12,6 +12,10 @@ on one store, the two alternating block by block:
 * ``grouped``: each set's requests come one after another (10 per set), so one
   request in 10 is a switch.
 
+A third pool measures what the corpus version costs (the statement every request
+runs after its authorization, so a session never outlives the rows it was keyed
+to): the same per-boundary pool with that statement left out.
+
     python benchmarks/bench_sessions.py --scifact DIR [--chunks 100000] [--sets 40] [--requests 400] [--json OUT]
 
 The corpus is ``bench_tenants.py``'s: SciFact cycled to ``--chunks`` with its
@@ -32,6 +36,7 @@ from pathlib import Path  # noqa: E402
 
 from bench_tenants import SCIFACT_TAGS, pct, permission_sets, scifact_corpus  # noqa: E402
 
+import labsrc.engines.store as store_module  # noqa: E402
 from labsrc.engines import PostgresRetriever  # noqa: E402
 from labsrc.engines.sessions import SessionBoundaries  # noqa: E402
 from labsrc.records.files import atomic_write_bytes  # noqa: E402
@@ -69,36 +74,42 @@ def main() -> None:
     started = time.perf_counter()
     engine = PostgresRetriever(chunks, source)
     print(f"loaded {len(chunks):,} chunks in {time.perf_counter() - started:.1f} s; {len(sets)} permission sets")
-    real_claim = SessionBoundaries.claim
+    real_claim, real_version = SessionBoundaries.claim, store_module.corpus_version
+    pools = ("per boundary", "per boundary, no corpus version", "shared (old, unsafe)")
     times: dict[tuple[str, str], list[float]] = {}
     try:
         run(engine, plans["grouped"][:40])  # warm-up: the server's caches, psycopg's prepared statements
         per_block = args.requests // BLOCKS
         for block in range(BLOCKS):
             for order, plan in plans.items():
-                for pool in ("per boundary", "shared (old, unsafe)"):
-                    SessionBoundaries.claim = real_claim if pool == "per boundary" else (lambda self, conn, key: True)
+                for pool in pools:
+                    SessionBoundaries.claim = real_claim if pool != pools[2] else (lambda self, conn, key: True)
+                    store_module.corpus_version = real_version if pool == pools[0] else (lambda conn, schema: (0, 0))
                     part = plan[block * per_block : (block + 1) * per_block]
                     times.setdefault((order, pool), []).extend(run(engine, part))
         switches = engine.store.session_boundaries.closed
     finally:
-        SessionBoundaries.claim = real_claim
+        SessionBoundaries.claim, store_module.corpus_version = real_claim, real_version
         engine.close()
 
     rows = []
-    print(f"\n{'order':10} {'sessions':22} {'p50 ms':>8} {'p95 ms':>8} {'p50 ratio':>10} {'p95 ratio':>10}")
+    print(f"\n{'order':10} {'sessions':32} {'p50 ms':>8} {'p95 ms':>8} {'p50 ratio':>10} {'p95 ratio':>10}")
     for order in plans:
         base = times[(order, "shared (old, unsafe)")]
-        for pool in ("per boundary", "shared (old, unsafe)"):
+        for pool in pools:
             values = times[(order, pool)]
             row = {"order": order, "sessions": pool, "requests": len(values), "p50_ms": pct(values, 50),
                    "p95_ms": pct(values, 95)}  # fmt: skip
             row["p50_ratio"] = row["p50_ms"] / pct(base, 50)
             row["p95_ratio"] = row["p95_ms"] / pct(base, 95)
             rows.append(row)
-            print(f"{order:10} {pool:22} {row['p50_ms']:8.2f} {row['p95_ms']:8.2f} {row['p50_ratio']:10.2f} "
+            print(f"{order:10} {pool:32} {row['p50_ms']:8.2f} {row['p95_ms']:8.2f} {row['p50_ratio']:10.2f} "
                   f"{row['p95_ratio']:10.2f}")  # fmt: skip
     print(f"\nsessions closed for serving another boundary: {switches}")
+    no_version = {order: pct(times[(order, pools[1])], 50) for order in plans}
+    for order in plans:
+        print(f"corpus version, {order}: p50 {pct(times[(order, pools[0])], 50):.2f} ms against {no_version[order]:.2f} ms "
+              f"without it ({pct(times[(order, pools[0])], 50) / no_version[order]:.2f}x)")
     if args.json:
         out = {"chunks": len(chunks), "sets": len(sets), "requests_per_pair": args.requests, "blocks": BLOCKS,
                "switches": switches, "versions": engine.store.versions, "rows": rows}  # fmt: skip

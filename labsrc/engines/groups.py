@@ -15,6 +15,10 @@ permitted chunk is in a visible group. A row never mixes a hidden chunk into a
 count the reader can read, so ``SELECT * FROM lab_group_stats`` shows the
 reader nothing the base tables would not.
 
+Each row also carries a ``version``, drawn at random whenever a chunk, posting
+or vector of the group is written: a pooled session is bound to the versions of
+the groups its first request saw (:mod:`labsrc.engines.sessions`).
+
 The rows are filled once after the bulk load and then kept by statement-level
 triggers on ``lab_chunks`` (``INSERT``, ``DELETE`` and ``UPDATE``, through
 transition tables), which run inside the writing statement's own transaction:

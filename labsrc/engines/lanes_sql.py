@@ -41,6 +41,7 @@ import numpy as np
 
 from labsrc.errors import InvalidArgument
 from labsrc.engines.binary_arrays import float8_array
+from labsrc.engines.sessions import request_totals
 from labsrc.lanes.candidates import float32_cosine_margin
 from labsrc.lanes.dense import cosine_similarity
 from labsrc.lanes.sparse import idf_lucene
@@ -79,6 +80,9 @@ FROM (SELECT coalesce(sum(n_docs), 0)::int8 AS n_docs, coalesce(sum(total_len), 
         FROM lab_group_stats) AS c,
      (SELECT array_agg(term) AS terms, array_agg(df) AS dfs FROM lab_visible_df(%(terms)s::text[])) AS d
 """
+
+# df alone, when N and the total length came with the request's corpus version (labsrc.engines.sessions).
+_DF_SQL = "SELECT array_agg(term) AS terms, array_agg(df) AS dfs FROM lab_visible_df(%(terms)s::text[])"
 
 # impact = idf · (tf·(k1+1)) / (tf + k1·((1−b) + b·|d|/avgdl)), in BM25Index's evaluation order.
 #
@@ -127,7 +131,15 @@ class Bm25Statistics:
 
 
 def bm25_statistics(conn: Any, terms: Sequence[str]) -> Bm25Statistics:
-    """The BM25 statistics of the rows the session may see, for these query terms."""
+    """The BM25 statistics of the rows the session may see, for these query terms.
+
+    In a store's request N and the total length were read with the corpus version, in the same transaction
+    (:func:`~labsrc.engines.sessions.request_totals`); only df is read here then.
+    """
+    totals = request_totals(conn)
+    if totals is not None:
+        found, dfs = conn.execute(_DF_SQL, {"terms": list(terms)}).fetchone()
+        return Bm25Statistics(totals[0], totals[1], dict(zip(found or [], (int(d) for d in dfs or []))))
     n_docs, total_len, found, dfs = conn.execute(_STATS_SQL, {"terms": list(terms)}).fetchone()
     return Bm25Statistics(int(n_docs), int(total_len), dict(zip(found or [], (int(d) for d in dfs or []))))
 

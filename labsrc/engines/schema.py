@@ -44,8 +44,12 @@ and ``EXPLAIN (ANALYZE)`` has no hidden row to count (no index on ``chunk_id`` o
 The retriever queries as a dedicated role that may log in, ``SELECT`` from the
 four tables and call ``lab_request()``, and nothing else: not the owner, not a
 superuser, no ``BYPASSRLS``, no role memberships. Policies are ``FORCE``d, so
-even the owner's own queries are filtered (the owner has no policy, so it sees
-no rows; loading happens before the policies are switched on). Whatever SQL a
+they filter the owner too, and the owner has a policy of its own, ``lab_owner``
+(every row: its maintenance, and the statistics triggers its writes fire); an
+owner that is not a superuser would otherwise see and write no row. Neither
+``SECURITY DEFINER`` function reads a table under row security, so that policy
+widens nothing the reader can reach (:mod:`labsrc.engines.privileges` lists the
+owner's grants). Whatever SQL a
 lane runs as that role, a hidden row never reaches it: not in a result, not in a
 ``count(*)``, not in a ``df``. The planner statistics of the content columns
 (terms, ids, text) are switched off (``SET STATISTICS 0``), so ``pg_stats``

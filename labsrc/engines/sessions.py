@@ -41,7 +41,8 @@ rows the caller does not see does not, and the random versions say nothing
 about it. A request whose pair differs from its session's first one closes the
 session (:meth:`SessionBoundaries.same_corpus`) before it runs anything else,
 and takes a fresh one. It costs one statement per request, sent with the
-authorization.
+authorization, and no extra pass over the groups: the same statement reads
+BM25's N and total length, which the sparse lane would read anyway.
 """
 
 from __future__ import annotations
@@ -53,20 +54,51 @@ from typing import Any
 
 from labsrc.records.policy import Caller
 
-__all__ = ["CORPUS_VERSION", "BoundaryKey", "SessionBoundaries", "boundary_key", "corpus_version"]
+__all__ = [
+    "CORPUS_VERSION",
+    "BoundaryKey",
+    "SessionBoundaries",
+    "boundary_key",
+    "corpus_version",
+    "forget_totals",
+    "request_totals",
+]
 
-#: The version of the rows an authorized request sees: how many boundary groups, and the sum of their versions
-#: (qualified by the caller: ``{schema}``), read through the same row-level security as every lane.
-CORPUS_VERSION = 'SELECT count(*), sum(version) FROM "{schema}".lab_group_stats'
+#: The version of the rows an authorized request sees: how many boundary groups and the sum of their versions,
+#: read through the same row-level security as every lane (the caller fills in ``{schema}``). The same scan
+#: yields BM25's N and total length, which the sparse lane then takes instead of reading them again
+#: (:func:`request_totals`): the check costs no extra pass over the groups.
+CORPUS_VERSION = (
+    'SELECT count(*), sum(version), coalesce(sum(n_docs), 0)::int8, coalesce(sum(total_len), 0)::int8 FROM "{schema}".lab_group_stats'
+)
+
+# N and total length of each pooled session's current request, from its corpus version (same transaction).
+_TOTALS: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
+_TOTALS_LOCK = threading.Lock()
 
 #: What decides the rows a request sees: region, sorted ACL tags, ISO date.
 BoundaryKey = tuple[str, tuple[str, ...], str]
 
 
 def corpus_version(conn: Any, schema: str) -> tuple[int, int]:
-    """The version of the rows ``conn``'s authorized transaction sees (:data:`CORPUS_VERSION`)."""
-    count, total = conn.execute(CORPUS_VERSION.format(schema=schema)).fetchone()
+    """The version of the rows ``conn``'s authorized transaction sees (:data:`CORPUS_VERSION`); N and the total
+    length of the same rows are kept for :func:`request_totals` until :func:`forget_totals`."""
+    count, total, n_docs, total_len = conn.execute(CORPUS_VERSION.format(schema=schema)).fetchone()
+    with _TOTALS_LOCK:
+        _TOTALS[conn] = (int(n_docs), int(total_len))
     return int(count), int(total or 0)
+
+
+def request_totals(conn: Any) -> tuple[int, int] | None:
+    """BM25's N and total length as ``conn``'s current request's corpus version read them (None: not read)."""
+    with _TOTALS_LOCK:
+        return _TOTALS.get(conn)
+
+
+def forget_totals(conn: Any) -> None:
+    """The request on ``conn`` ended: its totals no longer hold."""
+    with _TOTALS_LOCK:
+        _TOTALS.pop(conn, None)
 
 
 def boundary_key(caller: Caller, on_date: dt.date) -> BoundaryKey:

@@ -43,7 +43,7 @@ from labsrc.engines.schema import (
 )
 from labsrc.engines.term_dates import create_df_function, create_term_dates
 from labsrc.engines.server import EmbeddedServer, require_psycopg, require_psycopg_pool, server_versions
-from labsrc.engines.sessions import SessionBoundaries, boundary_key, corpus_version
+from labsrc.engines.sessions import SessionBoundaries, boundary_key, corpus_version, forget_totals
 from labsrc.errors import InvalidArgument, LabError
 from labsrc.lanes.dense import DenseSource
 from labsrc.records.policy import Caller, PolicyChunk
@@ -299,9 +299,13 @@ class PostgresStore:
                                 version = corpus_version(conn, self.schema)
                                 current = self.session_boundaries.same_corpus(conn, version)
                                 if current:
-                                    yield conn
+                                    try:
+                                        yield conn
+                                    finally:
+                                        forget_totals(conn)
                 if current:
                     return
+                forget_totals(conn)
                 conn.close()
 
     def connect_as(self, caller: Caller, on_date: dt.date) -> Any:
