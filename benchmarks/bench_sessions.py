@@ -41,7 +41,7 @@ from labsrc.engines import PostgresRetriever  # noqa: E402
 from labsrc.engines.sessions import SessionBoundaries  # noqa: E402
 from labsrc.records.files import atomic_write_bytes  # noqa: E402
 
-BLOCKS = 4  # each (order, pool) pair runs in this many blocks, the pairs alternating
+BLOCKS = 6  # each (order, pool) pair runs in this many blocks, the pairs alternating (each pool first twice)
 
 
 def orders(sets: list, queries: list[str], requests: int) -> dict[str, list[tuple]]:
@@ -82,7 +82,8 @@ def main() -> None:
         per_block = args.requests // BLOCKS
         for block in range(BLOCKS):
             for order, plan in plans.items():
-                for pool in pools:
+                for pool in pools[block % len(pools) :] + pools[: block % len(pools)]:  # who runs first (on
+                    # a part of the plan the server's caches have not seen yet) rotates from block to block
                     SessionBoundaries.claim = real_claim if pool != pools[2] else (lambda self, conn, key: True)
                     store_module.corpus_version = real_version if pool == pools[0] else (lambda conn, schema: (0, 0))
                     part = plan[block * per_block : (block + 1) * per_block]

@@ -77,7 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "one line per schema. Run it as the user that made the stores: a store made by alice is cleaned by "
             "alice, and other owners' schemas that look orphaned are listed as skipped. A schema that something "
             "outside it depends on (another role's view), or whose role has sessions or objects in another "
-            "database, is left in place and listed as skipped with why. Live stores and schemas the lab did "
+            "database, or that another role holds a lock on (each statement gives up after 5 s), is left in place "
+            "and listed as skipped with why, naming the role. Live stores and schemas the lab did "
             "not make are never touched. Exit status: 0 done (also with nothing to drop, or something "
             "skipped), 2 a bad or unreachable DSN."
         ),

@@ -219,10 +219,9 @@ class PostgresStore:
         try:
             with self._admin_lock, driver_errors(self.server_name, self.timeouts, self.dsn):
                 _, left = owner_removes(self.admin, self.schema, self.role)
+                self._kept_objects.extend(left)  # under the lock: close() reads it under the same one
         except LabError as exc:
             warnings.warn(f"the reader's large objects were not all removed: {exc}", RuntimeWarning, stacklevel=3)
-            return
-        self._kept_objects.extend(left)
 
     def _open_pool(self) -> Any:
         pool = self._pool_module.ConnectionPool(
