@@ -46,6 +46,20 @@ def lab_objects(superuser) -> tuple[set[str], set[str]]:
     return schemas, roles
 
 
+#: A large object holding one of the caller's texts.
+PLANTED = "SELECT lo_from_bytea(0, convert_to('eu-carrier-loss-v1=Rule CLM-7', 'UTF8'))"
+
+
+def plant_granted(conn, privileges: str) -> int:
+    """Inside a request: out of its read-only transaction, a large object :data:`PLANTED` granted to PUBLIC."""
+    for statement in ESCAPE:
+        conn.execute(statement)
+    oid = conn.execute(PLANTED).fetchone()[0]
+    conn.execute(f"GRANT {privileges} ON LARGE OBJECT {oid} TO PUBLIC")
+    conn.execute("COMMIT")
+    return oid
+
+
 def reader_objects(superuser, role: str) -> int:
     return superuser.execute(
         "SELECT count(*) FROM pg_largeobject_metadata WHERE lomowner = (SELECT oid FROM pg_roles WHERE rolname = %s)",
@@ -154,11 +168,7 @@ def test_a_large_object_granted_to_public_is_gone_before_a_co_tenant_can_read_it
     import psycopg
 
     with engine.store.request(data.luna, data.eval_date) as conn:
-        for statement in ESCAPE:
-            conn.execute(statement)
-        oid = conn.execute("SELECT lo_from_bytea(0, convert_to('eu-carrier-loss-v1=Rule CLM-7', 'UTF8'))").fetchone()[0]
-        conn.execute(f"GRANT SELECT ON LARGE OBJECT {oid} TO PUBLIC")
-        conn.execute("COMMIT")
+        oid = plant_granted(conn, "SELECT")
     wait_returned(engine)
     with connect(server.co_tenant_dsn, autocommit=True) as eve:
         with pytest.raises(psycopg.errors.UndefinedObject):
@@ -189,7 +199,7 @@ def plant_held_object(server, store, caller, on_date):
     conn.execute("COMMIT")
     conn.autocommit = True  # as the pool's sessions are: each injected statement its own transaction
     conn.execute(ESCAPE[1])
-    oid = conn.execute("SELECT lo_from_bytea(0, convert_to('eu-carrier-loss-v1=Rule CLM-7', 'UTF8'))").fetchone()[0]
+    oid = conn.execute(PLANTED).fetchone()[0]
     conn.execute(f"GRANT SELECT, UPDATE ON LARGE OBJECT {oid} TO PUBLIC")
     conn.execute("COMMIT")
     conn.close()
@@ -238,11 +248,7 @@ def test_an_object_a_co_tenant_holds_at_the_reset_is_taken_from_the_reader_and_f
     engine.store.pool.resize(min_size=1, max_size=1)
     before = engine.store.discarded_sessions
     with engine.store.request(data.luna, data.eval_date) as conn:
-        for statement in ESCAPE:
-            conn.execute(statement)
-        oid = conn.execute("SELECT lo_from_bytea(0, convert_to('eu-carrier-loss-v1=Rule CLM-7', 'UTF8'))").fetchone()[0]
-        conn.execute(f"GRANT SELECT, UPDATE ON LARGE OBJECT {oid} TO PUBLIC")
-        conn.execute("COMMIT")
+        oid = plant_granted(conn, "SELECT, UPDATE")
         eve = connect(server.co_tenant_dsn)
         eve.execute("SELECT lo_put(%s, 0, 'x')", (oid,))  # her row lock: the reader's unlink times out
     pid = eve.info.backend_pid
