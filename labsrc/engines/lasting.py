@@ -155,10 +155,10 @@ def owner_removes(conn: Any, schema: str, role: str) -> tuple[int, list[int]]:
 
 def unlink_objects(conn: Any, oids: list[int]) -> list[int]:
     """Unlink the owner's large objects ``oids`` (taken over by :func:`owner_removes`), :data:`LARGE_OBJECT_BATCH` per
-    transaction; returns those still held by another role's lock (or already gone: not returned)."""
+    transaction; returns those left when a lock timed out (the batch that waited and every later one), so the wait
+    is one lock timeout at most. Objects already gone are skipped."""
     from psycopg import errors
 
-    left = []
     for start in range(0, len(oids), LARGE_OBJECT_BATCH):
         batch = oids[start : start + LARGE_OBJECT_BATCH]
         try:
@@ -169,8 +169,8 @@ def unlink_objects(conn: Any, oids: list[int]) -> list[int]:
                     (batch,),
                 )
         except errors.LockNotAvailable:
-            left.extend(batch)
-    return left
+            return list(oids[start:])  # one wait for a lock at most: the rest are kept, and named, too
+    return []
 
 
 def unlink_taken_over(conn: Any, live: Sequence[str]) -> tuple[int, list[int]]:

@@ -17,8 +17,8 @@ owner's session therefore never waits unbounded (:func:`connect_owner`):
 
 When a drop gives up on a lock, :func:`holders` names who holds it, so
 ``close()`` and ``labsrc engines clean`` say in one line what they kept and
-why: ``schema lab_1234abcd kept: role eve (pid 4242) holds a lock on large
-object 16411``.
+why: ``schema lab_1234abcd and role lab_1234abcd_reader kept: role eve (pid
+4242) holds a lock on large object 16411``.
 """
 
 from __future__ import annotations

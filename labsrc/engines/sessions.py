@@ -20,10 +20,11 @@ key of its first one, and is closed when a request with another key draws it
 workload of one permission set loses nothing; one that alternates permission
 sets pays a new, cold session per switch (connecting, the catalog caches, the
 statements psycopg had prepared). Measured with ``benchmarks/bench_sessions.py``
-(SciFact cycled to 100,000 chunks, 384-d, 40 permission sets, 400 requests per
-row, against the pool as it was, in one run): every request a switch, p50 / p95
-77.3 / 152.0 ms against 50.2 / 102.5 (1.54× / 1.48×); each set's requests one
-after another, 10 a set, 65.1 / 125.5 against 54.6 / 131.7 (1.19× / 0.95×).
+(SciFact cycled to 100,000 chunks, 384-d, 40 permission sets, 420 requests per
+row, against the pool as it was, in one run, the pools taking turns to go first):
+every request a switch, p50 / p95 80.3 / 163.5 ms against 68.0 / 135.7 (1.18× /
+1.20×); each set's requests one after another, 10 a set, 75.5 / 148.7 against
+60.9 / 125.9 (1.24× / 1.18×).
 
 The caller's ``actor_id`` is not part of the key: two actors with the same region
 and tags see the same rows on the same day.

@@ -359,7 +359,8 @@ class PostgresStore:
         Never raises for a server that is gone (an embedded one is deleted whole either way) or for a lock another
         role holds: each statement gives up after the lock timeout, and a :class:`RuntimeWarning` says in one line
         what was kept and why (``schema lab_… and role … kept: role eve (pid 4242) holds a lock on large object
-        16411``); ``labsrc engines clean`` drops it later. With the default timeouts it ends within about 15 s.
+        16411``); ``labsrc engines clean`` drops it later. It waits on others at most two lock timeouts and 6 s
+        (the pool, the reader's sessions): about 16 s with the default timeouts.
         """
         if self.closed:
             return
