@@ -118,6 +118,16 @@ def test_a_step_the_owner_may_not_take_names_the_grant_that_allows_it(
         superuser.execute(f"DROP ROLE {role}")
 
 
+def test_a_streaming_replica_the_owner_may_not_start_names_the_grant(server):
+    from labsrc.engines import StreamingReplica
+
+    with pytest.raises(labsrc.LabError) as caught:
+        StreamingReplica(server)  # server.dsn is the owner's: pg_basebackup needs a replication role
+    message = str(caught.value)
+    assert "Only roles with the REPLICATION attribute may start a WAL sender process; allow it with " in message
+    assert f"ALTER ROLE {OWNER} REPLICATION" in message and "\n" not in message
+
+
 # --- what the reader makes that lasts, at any count -------------------------------------------------------------
 
 

@@ -235,6 +235,10 @@ class StreamingReplica:
             if log.exists():  # pg_ctl says "could not start server"; the server's log says why
                 fatal = [line for line in log.read_text(errors="replace").splitlines() if "FATAL" in line]
                 detail = fatal[-1].strip() if fatal else detail
+            if "REPLICATION attribute" in output:  # an owner as managed services grant it: not a replication role
+                user = self._psycopg.conninfo.conninfo_to_dict(self.primary_dsn).get("user") or "the DSN's user"
+                detail = detail.removeprefix("DETAIL:").strip().rstrip(".") + (f"; allow it with ALTER ROLE {user} REPLICATION (a superuser's statement; on a managed "
+                           "service, use its own read replicas and pass them to on_replicas)")
             raise LabError(f"{what} failed (replica in {self._tmp}): {detail}")
 
     def _copy(self) -> None:
