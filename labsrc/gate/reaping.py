@@ -277,9 +277,10 @@ class _Watchdog:
 
     @property
     def pid(self) -> int | None:
-        if os.getpid() != self._owner or self._process is None:
+        process = self._process  # read once: another thread's _stop() may clear it meanwhile
+        if os.getpid() != self._owner or process is None:
             return None
-        return self._process.pid
+        return process.pid
 
     def _start(self) -> None:
         path = os.path.abspath(procfs.__file__)
@@ -308,11 +309,12 @@ class _Watchdog:
             self._timer.cancel()
             self._timer = None
         process, pipe = self._process, self._pipe
-        self._process = self._pipe = None
         if process is not None:
             with contextlib.suppress(OSError):
                 process.kill()
             process.wait()
+        # Forgotten only once reaped: ``pid`` (read without the lock) says None only when the process is gone.
+        self._process = self._pipe = None
         if pipe is not None:
             os.close(pipe)
 
