@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_rubric_round4 import _traces, replay  # noqa: F401 (replay: a fixture)
 
 import labsrc
 from labsrc import EVAL_DATE, load_callers, load_cases, load_chunks
@@ -27,7 +28,6 @@ from labsrc.course.checks import (
     vector_file_problems,
 )
 from labsrc.course.checks import files as files_module
-from labsrc.course.replays import EXERCISE_ARTIFACTS, replay_exercise
 from labsrc.lanes.broken_vectors import embed_command, shell_path
 from labsrc.lanes.embed import load_embeddings
 from labsrc.records.checksums import CHECKSUMS_FILE, checksums_json
@@ -266,22 +266,6 @@ def test_timing_scale_is_a_uniform_ratio_of_1000_within_one_percent():
     assert timing_scale({**seconds, "dense": 0.25}, run) is None
     assert timing_scale(dict.fromkeys(run, 0.0), run) is None  # nothing nonzero: nothing to scale
     assert timing_scale(run, run) is None
-
-
-@pytest.fixture(scope="module")
-def replay():
-    return replay_exercise(POLICIES, EXERCISE_ARTIFACTS["traces"])
-
-
-def _traces(run) -> list[dict]:
-    """Exercise 5's traces as the solution writes them (ids, lane ranks, versions, timings)."""
-    traces = []
-    for o in run.failed_outcomes:
-        seen = sorted(set(o.ids["bm25"]) | set(o.ids["dense"]) | set(o.ids["hybrid"]))
-        traces.append({"case": o.case.name, **o.trace.to_dict(), "candidates": [
-            {"chunk_id": cid, **{f"{lane}_rank": o.lane_rank(cid, lane) for lane in ("bm25", "dense", "hybrid")}}
-            for cid in seen]})
-    return traces
 
 
 def test_timings_in_seconds_are_named_as_seconds_not_a_new_search(replay):

@@ -80,24 +80,6 @@ GROUP BY m.oid ORDER BY m.oid LIMIT %(batch)s
 """
 
 
-def _in_batches(conn: Any, statement: Any, params: dict[str, Any] | None) -> int:
-    """Run ``statement`` (it handles up to :data:`LARGE_OBJECT_BATCH` objects and returns how many) until it handles none."""
-    done = 0
-    while True:
-        conn.execute("BEGIN TRANSACTION READ WRITE")
-        try:
-            count = conn.execute(statement, params).fetchone()
-            conn.execute("COMMIT")
-        except BaseException:
-            if not conn.closed:
-                conn.execute("ROLLBACK")
-            raise
-        handled = int(count[0]) if count and count[0] is not None else 0
-        done += handled
-        if handled < LARGE_OBJECT_BATCH:
-            return done
-
-
 def remove_lasting(conn: Any) -> int:
     """Roll back the session role's prepared transactions and unlink its large objects, :data:`LARGE_OBJECT_BATCH` per
     transaction, as that role (their owner; ``conn`` in autocommit mode). Returns the objects unlinked.
@@ -115,7 +97,20 @@ def remove_lasting(conn: Any) -> int:
     for gid in gids:
         conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
     role = conn.execute("SELECT session_user").fetchone()[0]
-    return _in_batches(conn, _UNLINK_BATCH, {"role": role, "batch": LARGE_OBJECT_BATCH})
+    done = 0
+    while True:
+        # Not conn.transaction(): its plain BEGIN would be read-only, the reader's sessions' default.
+        conn.execute("BEGIN TRANSACTION READ WRITE")
+        try:
+            count = conn.execute(_UNLINK_BATCH, {"role": role, "batch": LARGE_OBJECT_BATCH}).fetchone()[0]
+            conn.execute("COMMIT")
+        except BaseException:
+            if not conn.closed:
+                conn.execute("ROLLBACK")
+            raise
+        done += int(count)
+        if count < LARGE_OBJECT_BATCH:
+            return done
 
 
 def owner_removes(conn: Any, schema: str, role: str) -> tuple[int, list[int]]:
